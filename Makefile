@@ -1,0 +1,10 @@
+.PHONY: setup serve test
+
+setup:
+	bash scripts/setup.sh
+
+serve: setup
+	exec .venv/bin/jetlake serve --warehouse ./warehouse
+
+test: setup
+	.venv/bin/python -m pytest -q $(PYTEST_ARGS)

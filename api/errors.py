@@ -1,0 +1,57 @@
+"""The one place errors become HTTP answers, in JetStream's ApiError shape.
+
+`{"type": ..., "error": {"code", "err_code", "description"}}` with the HTTP status = `code`. Engine
+errors carry their JetStream `err_code`; malformed requests, unknown routes and unexpected failures
+are mapped here, so no route builds error JSON and the gateway keeps serving after any of them.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from api.responses import json_response
+from engine.errors import ErrorCode, JetStreamError
+
+log = logging.getLogger(__name__)
+
+GENERAL_ERROR = 10051
+
+
+class BodyTooLargeError(JetStreamError):
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, ErrorCode.BAD_REQUEST, f"request body exceeds the gateway's limit of {limit} bytes")
+
+
+def error_response(exc: JetStreamError) -> Response:
+    return json_response({"type": "io.nats.jetstream.api.v1.error_response", "error": exc.to_dict()}, exc.code)
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(JetStreamError)
+    async def _jetstream(request: Request, exc: JetStreamError) -> Response:
+        request.app.state.api_errors += 1
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> Response:
+        request.app.state.api_errors += 1
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        detail = f"invalid {where}: {first.get('msg', 'bad value')}" if where else "bad request"
+        return error_response(JetStreamError(400, ErrorCode.BAD_REQUEST, detail))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        request.app.state.api_errors += 1
+        return error_response(JetStreamError(exc.status_code, ErrorCode.BAD_REQUEST, str(exc.detail).lower()))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        request.app.state.api_errors += 1
+        log.exception("unexpected failure answering %s %s", request.method, request.url.path)
+        return error_response(JetStreamError(500, GENERAL_ERROR, f"internal error: {type(exc).__name__}"))

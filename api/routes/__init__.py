@@ -1,0 +1,1 @@
+"""One router per group of JetStream's API: system, streams, publish."""

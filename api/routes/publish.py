@@ -1,0 +1,123 @@
+"""Publishing: one raw message, or a batch as JSON or NDJSON, answered with PubAcks after the log write."""
+
+from __future__ import annotations
+
+import binascii
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
+
+from api.body import parse_json, read_body
+from api.errors import error_response
+from api.responses import json_response
+from engine import InboundMessage, JetStream, JetStreamError, errors
+from engine import headers as hdr
+
+router = APIRouter(prefix="/v1/publish")
+
+_MESSAGE_FIELDS = frozenset({"subject", "data", "text", "headers"})
+
+
+def _engine(request: Request) -> JetStream:
+    return request.app.state.engine  # type: ignore[no-any-return]
+
+
+def _request_headers(request: Request) -> dict[str, list[str]] | None:
+    """Every `Nats-*` request header, under JetStream's spelling for the control headers."""
+    found: dict[str, list[str]] = {}
+    for raw_name, raw_value in request.headers.raw:
+        name = raw_name.decode("latin-1")
+        if not name.lower().startswith("nats-"):
+            continue
+        key = hdr.canonical_name(name)
+        if key == name:
+            key = "-".join(part.capitalize() for part in name.split("-"))
+        found.setdefault(key, []).append(raw_value.decode("latin-1"))
+    return found or None
+
+
+@router.post("/{subject:path}")
+async def publish_raw(request: Request, subject: str) -> Response:
+    data = await read_body(request)
+    result = await run_in_threadpool(_engine(request).publish_one, subject, data, _request_headers(request))
+    if isinstance(result, JetStreamError):
+        request.app.state.api_errors += 1
+        return error_response(result)
+    return json_response(result.to_dict())
+
+
+@router.post("")
+async def publish_batch(request: Request) -> Response:
+    raw = await read_body(request)
+    content_type = request.headers.get("content-type", "")
+    items = _parse_ndjson(raw) if "ndjson" in content_type else _parse_batch(raw)
+    results: list[dict[str, Any] | None] = [None] * len(items)
+    messages: list[InboundMessage] = []
+    positions: list[int] = []
+    for i, item in enumerate(items):
+        try:
+            messages.append(_message(item))
+            positions.append(i)
+        except JetStreamError as exc:
+            results[i] = {"error": exc.to_dict()}
+    acks = await run_in_threadpool(_engine(request).publish, messages) if messages else []
+    for pos, ack in zip(positions, acks, strict=True):
+        results[pos] = {"error": ack.to_dict()} if isinstance(ack, JetStreamError) else ack.to_dict()
+    return Response(orjson.dumps({"acks": results}), media_type="application/json")
+
+
+def _parse_batch(raw: bytes) -> list[Any]:
+    body = parse_json(raw)
+    if not isinstance(body, dict) or set(body) != {"messages"} or not isinstance(body["messages"], list):
+        raise errors.bad_request('a batch body is {"messages": [...]}')
+    return body["messages"]  # type: ignore[no-any-return]
+
+
+def _parse_ndjson(raw: bytes) -> list[Any]:
+    return [parse_json(line) for line in raw.splitlines() if line.strip()]
+
+
+def _message(item: Any) -> InboundMessage:
+    if not isinstance(item, dict):
+        raise errors.bad_request("each message must be a JSON object")
+    if not _MESSAGE_FIELDS.issuperset(item):
+        unknown = sorted(set(item) - _MESSAGE_FIELDS)[0]
+        raise errors.bad_request(f"unknown message field {unknown!r}")
+    subject = item.get("subject")
+    if not isinstance(subject, str):
+        raise errors.bad_request("a message needs a subject")
+    data, text = item.get("data"), item.get("text")
+    if data is not None and text is not None:
+        raise errors.bad_request("give data or text, not both")
+    if data is not None:
+        if not isinstance(data, str):
+            raise errors.bad_request("data must be base64 text")
+        try:
+            payload = binascii.a2b_base64(data, strict_mode=True)
+        except (binascii.Error, ValueError):
+            raise errors.bad_request("data is not valid base64") from None
+    elif text is not None:
+        if not isinstance(text, str):
+            raise errors.bad_request("text must be a string")
+        payload = text.encode()
+    else:
+        payload = b""
+    return InboundMessage(subject, payload, _headers(item.get("headers")))
+
+
+def _headers(raw: Any) -> dict[str, list[str]] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise errors.bad_request('headers are a map of lists: {"Name": ["value"]}')
+    for name, values in raw.items():
+        if not hdr.is_valid_name(name):
+            raise errors.bad_request(f"invalid header name {name[:64]!r}")
+        if isinstance(values, str):
+            values = [values]
+        if not isinstance(values, list) or not all(isinstance(v, str) and hdr.is_valid_value(v) for v in values):
+            raise errors.bad_request(f"header {name!r} must be a list of single-line strings")
+    return hdr.normalize(raw)

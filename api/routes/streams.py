@@ -1,0 +1,100 @@
+"""Streams and their messages: `$JS.API.STREAM.*` over HTTP."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
+
+from api.body import json_object
+from api.responses import json_response
+from engine import JetStream, errors
+from engine.info import stored_message_json
+
+router = APIRouter(prefix="/v1/streams")
+
+_PURGE_FIELDS = {"filter", "seq", "keep"}
+
+
+def _engine(request: Request) -> JetStream:
+    return request.app.state.engine  # type: ignore[no-any-return]
+
+
+@router.post("")
+async def create_stream(request: Request) -> Response:
+    body = await json_object(request)
+    info, created = await run_in_threadpool(_engine(request).add_stream, body)
+    return json_response(info, 201 if created else 200)
+
+
+@router.get("")
+def list_streams(request: Request, subject: str | None = None, offset: int = 0, limit: int = 256) -> Response:
+    return json_response(_engine(request).list_streams(subject, offset, limit))
+
+
+@router.get("/{stream}")
+def stream_info(request: Request, stream: str, subjects_filter: str | None = None) -> Response:
+    return json_response(_engine(request).stream_info(stream, subjects_filter))
+
+
+@router.put("/{stream}")
+async def update_stream(request: Request, stream: str) -> Response:
+    body = await json_object(request)
+    return json_response(await run_in_threadpool(_engine(request).update_stream, stream, body))
+
+
+@router.delete("/{stream}")
+def delete_stream(request: Request, stream: str) -> Response:
+    _engine(request).delete_stream(stream)
+    return json_response({"success": True})
+
+
+@router.post("/{stream}/purge")
+async def purge_stream(request: Request, stream: str) -> Response:
+    body = await json_object(request, allow_empty=True)
+    unknown = set(body) - _PURGE_FIELDS
+    if unknown:
+        raise errors.bad_request(f"unknown purge field {sorted(unknown)[0]!r}")
+    filter_ = body.get("filter")
+    seq, keep = body.get("seq", 0), body.get("keep", 0)
+    if filter_ is not None and not isinstance(filter_, str):
+        raise errors.bad_request("purge filter must be a string")
+    if not _is_count(seq) or not _is_count(keep):
+        raise errors.bad_request("purge seq and keep must be non-negative integers")
+    purged = await run_in_threadpool(_engine(request).purge, stream, filter_ or None, seq, keep)
+    return json_response({"success": True, "purged": purged})
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
+
+
+@router.get("/{stream}/messages/{seq}")
+def get_message(request: Request, stream: str, seq: int) -> Response:
+    return json_response({"message": stored_message_json(_engine(request).get_message(stream, seq))})
+
+
+@router.get("/{stream}/messages")
+def find_message(
+    request: Request, stream: str, last_by_subj: str | None = None, next_by_subj: str | None = None, seq: int = 0
+) -> Response:
+    target = _engine(request).stream(stream)
+    if (last_by_subj is None) == (next_by_subj is None):
+        if last_by_subj is None and seq > 0:
+            return json_response({"message": stored_message_json(target.get(seq))})
+        raise errors.bad_request("give one of last_by_subj or next_by_subj (with seq), or seq")
+    if last_by_subj is not None:
+        if seq:
+            raise errors.bad_request("seq goes with next_by_subj, not last_by_subj")
+        msg = target.last_by_subject(last_by_subj)
+    else:
+        msg = target.next_by_subject(next_by_subj or "", seq)
+    return json_response({"message": stored_message_json(msg)})
+
+
+@router.delete("/{stream}/messages/{seq}")
+def delete_message(request: Request, stream: str, seq: int, no_erase: bool = False) -> Response:
+    _engine(request).delete_message(stream, seq, erase=not no_erase)
+    return json_response({"success": True})

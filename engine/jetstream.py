@@ -1,0 +1,392 @@
+"""The JetStream facade: the stream registry, publish routing, and the flusher that feeds Delta.
+
+One process owns a warehouse (an owner lock refuses a second). Streams are found by name and by
+subject; a publish is routed to the stream whose subjects capture it and goes through that stream's
+group commit. File streams keep their config in `_system/streams/<name>.json` and recover their
+state from their table, the tombstones and their log on start; memory streams live and die with
+the process. A background flusher moves each stream's log into its Delta table every
+`flush_interval`, or sooner once `flush_bytes` are waiting. Counterpart: server/jetstream.go and the
+stream parts of server/jetstream_api.go.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from engine import errors
+from engine.clock import Clock, SystemClock
+from engine.config import StreamConfig, check_stream_config, check_stream_update, parse_stream_config, same_config
+from engine.info import rfc3339, state_json
+from engine.pipeline import GroupCommit
+from engine.store.base import StoredMessage, StreamStore
+from engine.store.delta import DEFAULT_CACHE_BYTES, DeltaStore
+from engine.store.layout import Layout
+from engine.store.lease import OwnerLock
+from engine.store.memory import MemoryStore
+from engine.stream import DEFAULT_MAX_PAYLOAD, InboundMessage, PublishResult, Stream
+from engine.subjects import is_valid_publish_subject, is_valid_subject, subject_matches, subjects_collide
+
+log = logging.getLogger(__name__)
+
+DEFAULT_FLUSH_INTERVAL = 1.0
+DEFAULT_FLUSH_BYTES = 64 * 1024 * 1024
+API_LEVEL = 1
+
+
+@dataclass
+class EngineOptions:
+    sync_always: bool = False
+    flush_interval: float = DEFAULT_FLUSH_INTERVAL
+    flush_bytes: int = DEFAULT_FLUSH_BYTES
+    max_payload: int = DEFAULT_MAX_PAYLOAD
+    cache_bytes: int = DEFAULT_CACHE_BYTES
+    account: str = "default"
+
+
+@dataclass
+class FlushStats:
+    commits: int = 0
+    flushes: int = 0
+    failures: int = 0
+    last_error: str | None = None
+    seconds: float = 0.0
+    messages: int = 0
+
+
+@dataclass
+class _Entry:
+    stream: Stream
+    commit: GroupCommit[InboundMessage, PublishResult] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.commit = GroupCommit(self.stream.process)
+
+
+class JetStream:
+    """Every stream of one account in one warehouse."""
+
+    def __init__(self, warehouse: str | Path, options: EngineOptions | None = None, clock: Clock | None = None) -> None:
+        self.options = options or EngineOptions()
+        self.clock = clock or SystemClock()
+        self.layout = Layout(warehouse, self.options.account)
+        self._owner = OwnerLock(self.layout.owner_lock)
+        self._streams: dict[str, _Entry] = {}
+        self._by_subject: dict[str, str | None] = {}
+        self._lock = threading.RLock()
+        self._flush_lock = threading.Lock()
+        self._flush_wake = threading.Event()
+        self._stop = threading.Event()
+        self._flusher: threading.Thread | None = None
+        self.flush_stats = FlushStats()
+        self.opened = False
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def open(self, start_flusher: bool = True) -> None:
+        self._owner.acquire()
+        try:
+            self.layout.stream_configs.mkdir(parents=True, exist_ok=True)
+            for path in sorted(self.layout.stream_configs.glob("*.json")):
+                self._load_stream(path)
+        except BaseException:
+            self._owner.release()
+            raise
+        self.opened = True
+        if start_flusher:
+            self._flusher = threading.Thread(target=self._flush_loop, name="jetlake-flusher", daemon=True)
+            self._flusher.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._flush_wake.set()
+        if self._flusher is not None:
+            self._flusher.join()
+            self._flusher = None
+        if self.opened:
+            self.flush()
+            for entry in list(self._streams.values()):
+                entry.stream.store.close()
+            self._owner.release()
+            self.opened = False
+
+    def _load_stream(self, path: Path) -> None:
+        record = orjson.loads(path.read_bytes())
+        config, _ = parse_stream_config(record["config"])
+        config = check_stream_config(config)
+        started = time.monotonic()
+        stream = self._new_stream(config, record["created"], record["stream_id"])
+        stream.recover()
+        self._streams[config.name] = _Entry(stream)
+        log.info(
+            "recovered stream %s: %d messages, last seq %d, in %.2fs",
+            config.name, stream.index.msgs, stream.index.last_seq, time.monotonic() - started,
+        )
+
+    def _new_stream(self, config: StreamConfig, created: int, stream_id: str) -> Stream:
+        store: StreamStore
+        if config.storage == "memory":
+            store = MemoryStore()
+        else:
+            store = DeltaStore(
+                self.layout, config.name, stream_id, config.partition_tokens,
+                self.options.sync_always, self.options.cache_bytes,
+            )
+        return Stream(config, created, stream_id, store, self.clock, self.options.max_payload)
+
+    # -- streams ------------------------------------------------------------------------------
+
+    def add_stream(self, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """Creates a stream; returns its info and whether it was created (False: identical exists)."""
+        config, pedantic = parse_stream_config(body)
+        if config.sealed:
+            raise errors.invalid_config("stream configuration for create can not be sealed")
+        config = check_stream_config(config, pedantic)
+        with self._lock:
+            existing = self._streams.get(config.name)
+            if existing is not None:
+                if same_config(existing.stream.config, config):
+                    return self._info(existing.stream), False
+                raise errors.stream_name_exists()
+            self._check_overlap(config)
+            stream = self._new_stream(config, self.clock.now_ns(), uuid.uuid4().hex)
+            if isinstance(stream.store, DeltaStore):
+                stream.store.create()
+                self._write_config(stream)
+            stream.start_at_first_seq()
+            self._streams[config.name] = _Entry(stream)
+            self._by_subject.clear()
+            return self._info(stream), True
+
+    def update_stream(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        config, pedantic = parse_stream_config(body)
+        if config.name and config.name != name:
+            raise errors.stream_mismatch()
+        config.name = name
+        config = check_stream_config(config, pedantic)
+        with self._lock:
+            stream = self._stream(name)
+            check_stream_update(stream.config, config)
+            self._check_overlap(config, exclude=name)
+            old = stream.config
+            stream.config = config
+            try:
+                if isinstance(stream.store, DeltaStore):
+                    self._write_config(stream)
+            except BaseException:
+                stream.config = old
+                raise
+            stream.apply_config(config)
+            self._by_subject.clear()
+            return self._info(stream)
+
+    def delete_stream(self, name: str) -> None:
+        with self._lock, self._flush_lock:
+            entry = self._streams.get(name)
+            if entry is None:
+                raise errors.StreamNotFoundError()
+            with entry.stream.lock:
+                del self._streams[name]
+                self._by_subject.clear()
+                (self.layout.stream_configs / f"{name}.json").unlink(missing_ok=True)
+                entry.stream.store.destroy()
+
+    def stream_info(self, name: str, subjects_filter: str | None = None) -> dict[str, Any]:
+        if subjects_filter is not None and not is_valid_subject(subjects_filter):
+            raise errors.bad_request(f"invalid subjects_filter {subjects_filter!r}")
+        return self._info(self._stream(name), subjects_filter)
+
+    def list_streams(self, subject: str | None = None, offset: int = 0, limit: int = 256) -> dict[str, Any]:
+        if subject is not None and not is_valid_subject(subject):
+            raise errors.bad_request(f"invalid subject {subject!r}")
+        if offset < 0 or limit <= 0:
+            raise errors.bad_request("offset must be ≥ 0 and limit > 0")
+        with self._lock:
+            streams = [e.stream for _, e in sorted(self._streams.items())]
+        if subject is not None:
+            streams = [s for s in streams if any(subjects_collide(subject, x) for x in s.config.subjects or [])]
+        page = streams[offset : offset + limit]
+        return {"total": len(streams), "offset": offset, "limit": limit, "streams": [self._info(s) for s in page]}
+
+    def stream(self, name: str) -> Stream:
+        return self._stream(name)
+
+    def _stream(self, name: str) -> Stream:
+        entry = self._streams.get(name)
+        if entry is None:
+            raise errors.StreamNotFoundError()
+        return entry.stream
+
+    def streams(self) -> list[Stream]:
+        with self._lock:
+            return [e.stream for e in self._streams.values()]
+
+    def _check_overlap(self, config: StreamConfig, exclude: str | None = None) -> None:
+        for name, entry in self._streams.items():
+            if name == exclude or name == config.name:
+                continue
+            for a in config.subjects or []:
+                for b in entry.stream.config.subjects or []:
+                    if subjects_collide(a, b):
+                        raise errors.subjects_overlap()
+
+    def _write_config(self, stream: Stream) -> None:
+        record = {"config": stream.config.to_json(), "created": stream.created_ns, "stream_id": stream.stream_id}
+        _atomic_write(self.layout.stream_configs / f"{stream.name}.json", orjson.dumps(record))
+
+    def _info(self, stream: Stream, subjects_filter: str | None = None) -> dict[str, Any]:
+        return {
+            "config": stream.config.to_json(),
+            "created": rfc3339(stream.created_ns),
+            "state": state_json(stream.state(subjects_filter)),
+            "ts": rfc3339(self.clock.now_ns()),
+        }
+
+    # -- publish ------------------------------------------------------------------------------
+
+    def stream_for_subject(self, subject: str) -> Stream | None:
+        name = self._by_subject.get(subject, "")
+        if name == "":
+            name = None
+            with self._lock:
+                for candidate, entry in self._streams.items():
+                    if any(subject_matches(f, subject) for f in entry.stream.config.subjects or []):
+                        name = candidate
+                        break
+                if len(self._by_subject) > 100_000:
+                    self._by_subject.clear()
+                self._by_subject[subject] = name
+        entry = self._streams.get(name) if name else None
+        return entry.stream if entry else None
+
+    def publish(self, messages: list[InboundMessage]) -> list[PublishResult]:
+        """Publishes in order; each result is a PubAck or the error for that message."""
+        results: list[PublishResult | None] = [None] * len(messages)
+        groups: dict[str, tuple[_Entry, list[int], list[InboundMessage]]] = {}
+        for i, msg in enumerate(messages):
+            if not is_valid_publish_subject(msg.subject):
+                results[i] = errors.bad_request(f"invalid publish subject {msg.subject[:100]!r}")
+                continue
+            stream = self.stream_for_subject(msg.subject)
+            entry = self._streams.get(stream.name) if stream else None
+            if entry is None:
+                results[i] = errors.no_stream_matches_subject()
+                continue
+            group = groups.setdefault(entry.stream.name, (entry, [], []))
+            group[1].append(i)
+            group[2].append(msg)
+        for entry, positions, msgs in groups.values():
+            for pos, result in zip(positions, entry.commit.submit(msgs), strict=True):
+                results[pos] = result
+            if entry.stream.store.pending_bytes() >= self.options.flush_bytes:
+                self._flush_wake.set()
+        return [r for r in results if r is not None]
+
+    def publish_one(self, subject: str, data: bytes, headers: dict[str, list[str]] | None = None) -> PublishResult:
+        return self.publish([InboundMessage(subject, data, headers)])[0]
+
+    # -- messages -----------------------------------------------------------------------------
+
+    def get_message(self, name: str, seq: int) -> StoredMessage:
+        return self._stream(name).get(seq)
+
+    def delete_message(self, name: str, seq: int, erase: bool = True) -> None:
+        self._stream(name).delete_message(seq, erase)
+
+    def purge(self, name: str, filter_: str | None = None, seq: int = 0, keep: int = 0) -> int:
+        return self._stream(name).purge(filter_, seq, keep)
+
+    # -- the flusher --------------------------------------------------------------------------
+
+    def _flush_loop(self) -> None:
+        while not self._stop.is_set():
+            self._flush_wake.wait(self.options.flush_interval)
+            self._flush_wake.clear()
+            if self._stop.is_set():
+                break
+            try:
+                self.flush()
+            except Exception:  # keep flushing; the failure is in flush_stats and the log
+                log.exception("flush failed")
+
+    def flush(self) -> int:
+        """Commits every stream's unflushed log to its table now; returns the commits made."""
+        commits = 0
+        with self._flush_lock:
+            started = time.monotonic()
+            for stream in self.streams():
+                stream.tick()
+                store = stream.store
+                if not isinstance(store, DeltaStore):
+                    continue
+                with stream.lock:
+                    job = store.seal(stream.index)
+                if job is None:
+                    continue
+                try:
+                    store.commit(job)
+                except Exception as exc:
+                    with stream.lock:
+                        store.requeue(job)
+                    self.flush_stats.failures += 1
+                    self.flush_stats.last_error = f"{stream.name}: {exc}"
+                    log.exception("flushing stream %s failed; its log is kept and retried", stream.name)
+                    continue
+                with stream.lock:
+                    store.finish(job)
+                commits += 1
+                self.flush_stats.messages += job.messages.num_rows if job.messages is not None else 0
+            self.flush_stats.flushes += 1
+            self.flush_stats.commits += commits
+            self.flush_stats.seconds += time.monotonic() - started
+            if commits:
+                self.flush_stats.last_error = None
+        return commits
+
+    # -- account ------------------------------------------------------------------------------
+
+    def account_info(self) -> dict[str, Any]:
+        streams = self.streams()
+        memory = sum(s.index.bytes for s in streams if s.config.storage == "memory")
+        storage = sum(s.index.bytes for s in streams if s.config.storage == "file")
+        return {
+            "memory": memory,
+            "storage": storage,
+            "reserved_memory": 0,
+            "reserved_storage": 0,
+            "streams": len(streams),
+            "consumers": sum(s.consumer_count for s in streams),
+            "limits": {
+                "max_memory": -1,
+                "max_storage": -1,
+                "max_streams": -1,
+                "max_consumers": -1,
+                "max_ack_pending": -1,
+                "memory_max_stream_bytes": -1,
+                "storage_max_stream_bytes": -1,
+                "max_bytes_required": False,
+            },
+        }
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,63 @@
+"""What every stream store provides, and the records that travel through it.
+
+A store keeps the payloads; the stream's `MessageIndex` keeps what is live. `MemoryStore` holds
+everything in memory (`storage: memory`, gone after a restart, as in JetStream); `DeltaStore` adds
+the write-ahead log and the Delta table. Counterpart: server/store.go (StreamStore).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import pyarrow as pa
+
+from engine.index import MessageIndex
+
+
+@dataclass(slots=True)
+class StoredMessage:
+    subject: str
+    seq: int
+    ts: int
+    data: bytes
+    headers: dict[str, list[str]] | None = None
+    msg_id: str | None = None
+
+
+@dataclass(slots=True)
+class Removal:
+    """A logical deletion: inclusive sequence ranges, why, and whether it must be erased securely.
+
+    `last_seq` carries the stream's last sequence when it was made, so a purge past the end (which
+    moves the next sequence forward) survives a restart.
+    """
+
+    ranges: list[tuple[int, int]]
+    reason: str
+    erase: bool = False
+    last_seq: int = 0
+    ts: int = 0
+
+
+@dataclass(slots=True)
+class Recovered:
+    """What a store hands back after a restart, besides the rebuilt index."""
+
+    msg_ids: list[tuple[str, int, int]] = field(default_factory=list)  # (msg_id, seq, ts), in seq order
+    last_msg_id: str | None = None
+
+
+class StreamStore(Protocol):
+    def append(self, batch: pa.RecordBatch | None, removals: list[Removal]) -> None:
+        """Makes the accepted messages and removals durable (per the sync policy) before returning."""
+
+    def load(self, seq: int, index: MessageIndex) -> StoredMessage | None: ...
+
+    def recover(self, index: MessageIndex, msg_id_since_ns: int) -> Recovered: ...
+
+    def pending_bytes(self) -> int: ...
+
+    def close(self) -> None: ...
+
+    def destroy(self) -> None: ...

@@ -1,0 +1,377 @@
+"""A file stream's storage: write-ahead log first, then its Delta table, written with delta-rs.
+
+Publishes are made durable in the stream's log and kept in memory until the flusher commits them to
+the table: one commit per stream per flush, carrying a Delta app transaction (`txn`, app id = the
+stream's id, version = the last sequence it holds) so that replaying the log after a crash applies
+each message exactly once. Removals go the same way into the shared tombstones table, versioned by
+log sequence number. Reads of messages no longer in memory prune the table's files by partition and
+by the `seq` statistics of the Delta log, then read one row group. The only module that imports
+`deltalake`. Counterpart: server/filestore.go.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import TableNotFoundError
+
+from engine.index import MessageIndex
+from engine.store.arrow import from_ipc, message_at, to_ipc
+from engine.store.base import Recovered, Removal, StoredMessage
+from engine.store.layout import (
+    PARTITION_COLUMN,
+    STREAM_SCHEMA,
+    STREAM_TABLE_PROPERTIES,
+    TOMBSTONE_SCHEMA,
+    TOMBSTONE_TABLE_PROPERTIES,
+    Layout,
+    partition_value,
+)
+from engine.store.lease import commit_lease
+from engine.store.memory import MessageBuffer
+from engine.store.wal import Record, WriteAheadLog
+
+log = logging.getLogger(__name__)
+
+KIND_MSGS = 1
+KIND_REMOVE = 2
+DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
+
+
+def ensure_table(path: Path, schema: pa.Schema, partition_by: list[str] | None, properties: dict[str, str]) -> None:
+    if (path / "_delta_log").exists():
+        return
+    DeltaTable.create(str(path), schema=schema, partition_by=partition_by, configuration=properties, mode="ignore")
+
+
+def _encode_removal(r: Removal) -> bytes:
+    return orjson.dumps({"ranges": r.ranges, "reason": r.reason, "erase": r.erase, "last_seq": r.last_seq, "ts": r.ts})
+
+
+def _decode_removal(payload: bytes) -> Removal:
+    d = orjson.loads(payload)
+    return Removal([tuple(x) for x in d["ranges"]], d["reason"], d["erase"], d["last_seq"], d["ts"])
+
+
+def _ranges_to_seqs(ranges: list[tuple[int, int]]) -> np.ndarray:
+    if not ranges:
+        return np.zeros(0, np.int64)
+    return np.concatenate([np.arange(a, b + 1, dtype=np.int64) for a, b in ranges])
+
+
+@dataclass
+class FlushJob:
+    """What one flush moves from the log to the tables, sealed under the stream's lock."""
+
+    messages: pa.Table | None
+    last_msg_seq: int
+    removals: list[tuple[int, Removal]]
+    last_seq: int
+    segments: list[Path]
+    buffered_upto: int
+
+
+@dataclass
+class _FileMap:
+    version: int = -1
+    paths: list[str] = field(default_factory=list)
+    partitions: np.ndarray = field(default_factory=lambda: np.zeros(0, object))
+    min_seq: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    max_seq: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+
+class DeltaStore:
+    """Storage of one file stream. The stream's lock serialises every call but `commit`."""
+
+    def __init__(
+        self,
+        layout: Layout,
+        stream: str,
+        stream_id: str,
+        partition_tokens: int = 0,
+        sync_always: bool = False,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+    ) -> None:
+        self.layout = layout
+        self.stream = stream
+        self.stream_id = stream_id
+        self.partition_tokens = partition_tokens
+        self.table_path = layout.stream_table(stream)
+        self.wal = WriteAheadLog(layout.wal_dir(stream), sync_always=sync_always)
+        self.buffer = MessageBuffer(cache_bytes)
+        self._pending_removals: list[tuple[int, Removal]] = []
+        self._unflushed_bytes = 0
+        self._files = _FileMap()
+        self._files_lock = threading.Lock()
+        self.commits = 0
+
+    @property
+    def _lsn_app(self) -> str:
+        return f"{self.stream_id}/lsn"
+
+    @property
+    def _seq_app(self) -> str:
+        return f"{self.stream_id}/seq"
+
+    def create(self) -> None:
+        ensure_table(self.table_path, STREAM_SCHEMA, [PARTITION_COLUMN], STREAM_TABLE_PROPERTIES)
+        ensure_table(self.layout.tombstones_table, TOMBSTONE_SCHEMA, None, TOMBSTONE_TABLE_PROPERTIES)
+
+    # -- the write path -----------------------------------------------------------------------
+
+    def append(self, batch: pa.RecordBatch | None, removals: list[Removal]) -> None:
+        entries: list[tuple[int, bytes]] = []
+        if batch is not None and batch.num_rows:
+            entries.append((KIND_MSGS, to_ipc(batch)))
+        entries.extend((KIND_REMOVE, _encode_removal(r)) for r in removals)
+        if not entries:
+            return
+        last_lsn = self.wal.append(entries)
+        if batch is not None and batch.num_rows:
+            self.buffer.add(batch)
+            self._unflushed_bytes += batch.nbytes
+        first_lsn = last_lsn - len(removals) + 1
+        self._pending_removals.extend((first_lsn + i, r) for i, r in enumerate(removals))
+
+    def pending_bytes(self) -> int:
+        return self._unflushed_bytes
+
+    def has_pending(self) -> bool:
+        return self._unflushed_bytes > 0 or bool(self._pending_removals)
+
+    def seal(self, index: MessageIndex) -> FlushJob | None:
+        """Cuts what is unflushed into a job; the log rolls to a new segment."""
+        if not self.has_pending():
+            return None
+        batches = self.buffer.unflushed()
+        messages = None
+        last_msg_seq = self.buffer.flushed_upto
+        if batches:
+            table = pa.Table.from_batches(batches, schema=STREAM_SCHEMA)
+            last_msg_seq = table.column("seq")[-1].as_py()
+            live = index.live_mask(table.column("seq").to_numpy())
+            messages = table.filter(pa.array(live)) if not live.all() else table
+        job = FlushJob(
+            messages=messages,
+            last_msg_seq=last_msg_seq,
+            removals=self._pending_removals,
+            last_seq=index.last_seq,
+            segments=self.wal.rotate(),
+            buffered_upto=last_msg_seq,
+        )
+        self._pending_removals = []
+        self._unflushed_bytes = 0
+        return job
+
+    def commit(self, job: FlushJob) -> None:
+        """Writes a sealed job to the tables under their commit leases. Runs outside the stream's lock."""
+        if job.messages is not None:
+            with commit_lease(self.layout.lease_file(self.table_path)):
+                write_deltalake(
+                    str(self.table_path),
+                    job.messages,
+                    mode="append",
+                    partition_by=[PARTITION_COLUMN],
+                    commit_properties=CommitProperties(
+                        app_transactions=[Transaction(app_id=self.stream_id, version=job.last_msg_seq)]
+                    ),
+                )
+            self.commits += 1
+        if job.removals:
+            self._commit_removals(job)
+
+    def _commit_removals(self, job: FlushJob) -> None:
+        rows: dict[str, list[object]] = {name: [] for name in TOMBSTONE_SCHEMA.names}
+        for _, removal in job.removals:
+            for first, last in removal.ranges:
+                rows["stream"].append(self.stream)
+                rows["stream_id"].append(self.stream_id)
+                rows["first_seq"].append(first)
+                rows["last_seq"].append(last)
+                rows["reason"].append(removal.reason)
+                rows["erase"].append(removal.erase)
+                rows["ts"].append(removal.ts // 1000)
+        table = pa.table(
+            {k: pa.array(v, TOMBSTONE_SCHEMA.field(k).type if k != "ts" else pa.int64()) for k, v in rows.items()}
+        )
+        table = table.set_column(6, "ts", table.column("ts").cast(TOMBSTONE_SCHEMA.field("ts").type)).cast(TOMBSTONE_SCHEMA)
+        path = self.layout.tombstones_table
+        txns = [
+            Transaction(app_id=self._lsn_app, version=job.removals[-1][0]),
+            Transaction(app_id=self._seq_app, version=max(job.last_seq, 0)),
+        ]
+        with commit_lease(self.layout.lease_file(path)):
+            write_deltalake(str(path), table, mode="append", commit_properties=CommitProperties(app_transactions=txns))
+
+    def requeue(self, job: FlushJob) -> None:
+        """A commit failed: its removals and messages stay pending; its segments are resealed next time."""
+        self._pending_removals = job.removals + self._pending_removals
+        if job.messages is not None:
+            self._unflushed_bytes += max(job.messages.nbytes, 1)
+
+    def finish(self, job: FlushJob) -> None:
+        """After a commit: the sealed segments go, the buffered messages become a cache."""
+        self.wal.remove(job.segments)
+        self.buffer.mark_flushed(job.buffered_upto)
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def load(self, seq: int, index: MessageIndex) -> StoredMessage | None:
+        if not index.is_live(seq):
+            return None
+        msg = self.buffer.get(seq)
+        if msg is not None:
+            return msg
+        partition = partition_value(index.subject_of(seq), self.partition_tokens)
+        for attempt in range(2):
+            msg = self._read_from_table(seq, partition, refresh=attempt > 0)
+            if msg is not None:
+                return msg
+        return None
+
+    def _read_from_table(self, seq: int, partition: str, refresh: bool) -> StoredMessage | None:
+        files = self._file_map(refresh)
+        mask = (files.min_seq <= seq) & (files.max_seq >= seq) & (files.partitions == partition)
+        for i in np.flatnonzero(mask):
+            path = self.table_path / unquote(files.paths[i])
+            try:
+                table = pq.read_table(path, filters=[("seq", "=", seq)], schema=STREAM_SCHEMA.remove(7))
+            except FileNotFoundError:
+                return None
+            if table.num_rows:
+                return message_at(table, 0)
+        return None
+
+    def _file_map(self, refresh: bool) -> _FileMap:
+        with self._files_lock:
+            if refresh or self._files.version < 0 or self._stale:
+                dt = DeltaTable(str(self.table_path))
+                actions = pa.table(dt.get_add_actions(flatten=True))
+                self._files = _FileMap(
+                    version=dt.version(),
+                    paths=actions.column("path").to_pylist(),
+                    partitions=np.array(actions.column(f"partition.{PARTITION_COLUMN}").to_pylist(), dtype=object),
+                    min_seq=actions.column("min.seq").to_numpy(zero_copy_only=False).astype(np.int64),
+                    max_seq=actions.column("max.seq").to_numpy(zero_copy_only=False).astype(np.int64),
+                )
+                self._stale = False
+            return self._files
+
+    _stale = True
+
+    def mark_table_changed(self) -> None:
+        with self._files_lock:
+            self._stale = True
+
+    # -- recovery -----------------------------------------------------------------------------
+
+    def recover(self, index: MessageIndex, msg_id_since_ns: int) -> Recovered:
+        """Rebuilds the index from the table, the tombstones and the log; cuts the log's torn tail."""
+        recovered = Recovered()
+        flushed_seq, last_seq = 0, 0
+        try:
+            dt = DeltaTable(str(self.table_path))
+        except TableNotFoundError:
+            dt = None
+        if dt is not None:
+            flushed_seq = dt.transaction_version(self.stream_id) or 0
+            self._load_table_index(dt, index, msg_id_since_ns, recovered)
+        tomb_lsn, last_seq = self._apply_tombstones(index)
+        records = self.wal.recover()
+        self.wal.next_lsn = max(self.wal.next_lsn, tomb_lsn + 1)
+        for record in records:
+            last_seq = max(last_seq, self._replay(record, flushed_seq, tomb_lsn, index, msg_id_since_ns, recovered))
+        last_seq = max(last_seq, flushed_seq)
+        if last_seq > index.last_seq:
+            index.skip_to(last_seq + 1)
+        self.buffer.flushed_upto = flushed_seq
+        return recovered
+
+    def _load_table_index(self, dt: DeltaTable, index: MessageIndex, since_ns: int, recovered: Recovered) -> None:
+        table = dt.to_pyarrow_table(columns=["seq", "subject", "ts", "size", "msg_id"])
+        if table.num_rows == 0:
+            return
+        table = table.sort_by("seq")
+        seqs = table.column("seq").to_pylist()
+        subjects = table.column("subject").to_pylist()
+        ts = (table.column("ts").cast(pa.int64()).to_numpy() * 1000).tolist()
+        sizes = table.column("size").to_pylist()
+        for s, subj, t, size in zip(seqs, subjects, ts, sizes, strict=True):
+            index.append(s, subj, size, t)
+        recent = table.filter(pc.greater_equal(table.column("ts").cast(pa.int64()), since_ns // 1000))
+        for msg_id, s, t in zip(
+            recent.column("msg_id").to_pylist(), recent.column("seq").to_pylist(),
+            (recent.column("ts").cast(pa.int64()).to_numpy() * 1000).tolist(), strict=True,
+        ):
+            if msg_id:
+                recovered.msg_ids.append((msg_id, s, t))
+        recovered.last_msg_id = table.column("msg_id")[-1].as_py()
+
+    def _apply_tombstones(self, index: MessageIndex) -> tuple[int, int]:
+        try:
+            dt = DeltaTable(str(self.layout.tombstones_table))
+        except TableNotFoundError:
+            return 0, 0
+        tomb_lsn = dt.transaction_version(self._lsn_app) or 0
+        last_seq = dt.transaction_version(self._seq_app) or 0
+        rows = dt.to_pyarrow_table(columns=["stream_id", "first_seq", "last_seq"])
+        rows = rows.filter(pc.equal(rows.column("stream_id"), self.stream_id))
+        ranges = list(zip(rows.column("first_seq").to_pylist(), rows.column("last_seq").to_pylist(), strict=True))
+        if ranges:
+            seqs = np.unique(_ranges_to_seqs(ranges))
+            index.remove_many(seqs)
+        return tomb_lsn, last_seq
+
+    def _replay(
+        self, record: Record, flushed_seq: int, tomb_lsn: int, index: MessageIndex, since_ns: int, recovered: Recovered
+    ) -> int:
+        if record.kind == KIND_MSGS:
+            batch = from_ipc(record.payload)
+            seqs = batch.column("seq").to_pylist()
+            if seqs[-1] <= flushed_seq:
+                return seqs[-1]
+            subjects = batch.column("subject").to_pylist()
+            ts = (batch.column("ts").cast(pa.int64()).to_numpy() * 1000).tolist()
+            sizes = batch.column("size").to_pylist()
+            msg_ids = batch.column("msg_id").to_pylist()
+            for s, subj, t, size, msg_id in zip(seqs, subjects, ts, sizes, msg_ids, strict=True):
+                if s > index.last_seq:
+                    index.append(s, subj, size, t)
+                if msg_id and t >= since_ns:
+                    recovered.msg_ids.append((msg_id, s, t))
+                recovered.last_msg_id = msg_id
+            self.buffer.add(batch)
+            self._unflushed_bytes += batch.nbytes
+            return seqs[-1]
+        if record.kind == KIND_REMOVE:
+            removal = _decode_removal(record.payload)
+            if record.lsn > tomb_lsn:
+                index.remove_many(np.unique(_ranges_to_seqs(removal.ranges)))
+                if removal.last_seq > index.last_seq:
+                    index.skip_to(removal.last_seq + 1)
+                self._pending_removals.append((record.lsn, removal))
+            return removal.last_seq
+        raise RuntimeError(f"unknown write-ahead log record kind {record.kind}")
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self.wal.close()
+
+    def destroy(self) -> None:
+        """Removes the stream's table and log. Its tombstone rows go with the next retention job."""
+        self.wal.close()
+        shutil.rmtree(self.table_path, ignore_errors=True)
+        shutil.rmtree(self.wal.directory, ignore_errors=True)
+        self.buffer.clear()

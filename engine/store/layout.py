@@ -1,0 +1,114 @@
+"""Where everything lives in the warehouse, and the shape of the tables: shared with jobs/.
+
+```
+<warehouse>/<account>/streams/<STREAM>/     a Delta table per stream, partitioned by subject
+<warehouse>/<account>/_system/streams/      stream configs (JSON, one file per stream)
+<warehouse>/<account>/_system/tombstones/   logical deletions awaiting physical removal (Delta)
+<warehouse>/<account>/_system/leases/       per-table commit leases
+<warehouse>/<account>/_wal/<STREAM>/        write-ahead log segments not yet flushed
+```
+Column statistics are kept for `seq` and `ts` only, so no payload or subject value leaks into the
+Delta log; deletions are keyed by sequence, never by subject.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import pyarrow as pa
+
+DEFAULT_ACCOUNT = "default"
+PARTITION_COLUMN = "subject_partition"
+CHECKPOINT_INTERVAL = 100
+
+STREAM_SCHEMA = pa.schema(
+    [
+        pa.field("seq", pa.int64(), nullable=False),
+        pa.field("subject", pa.string(), nullable=False),
+        pa.field("ts", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("msg_id", pa.string()),
+        pa.field("headers", pa.map_(pa.string(), pa.list_(pa.string()))),
+        pa.field("data", pa.binary()),
+        pa.field("size", pa.int32(), nullable=False),
+        pa.field(PARTITION_COLUMN, pa.string(), nullable=False),
+    ]
+)
+
+TOMBSTONE_SCHEMA = pa.schema(
+    [
+        pa.field("stream", pa.string(), nullable=False),
+        pa.field("stream_id", pa.string(), nullable=False),
+        pa.field("first_seq", pa.int64(), nullable=False),
+        pa.field("last_seq", pa.int64(), nullable=False),
+        pa.field("reason", pa.string(), nullable=False),
+        pa.field("erase", pa.bool_(), nullable=False),
+        pa.field("ts", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+
+STREAM_TABLE_PROPERTIES = {
+    "delta.dataSkippingStatsColumns": "seq,ts",
+    "delta.checkpointInterval": str(CHECKPOINT_INTERVAL),
+}
+TOMBSTONE_TABLE_PROPERTIES = {
+    "delta.dataSkippingStatsColumns": "first_seq,last_seq,ts",
+    "delta.checkpointInterval": str(CHECKPOINT_INTERVAL),
+}
+
+_SAFE_PARTITION = re.compile(r"^[A-Za-z0-9_.$-]{1,120}$")
+
+
+@lru_cache(maxsize=65536)
+def partition_value(subject: str, tokens: int = 0) -> str:
+    """The partition a subject's messages go to: the subject, or its first `tokens` tokens.
+
+    Values that would make an awkward or over-long folder name get a short hash suffix instead.
+    """
+    prefix = ".".join(subject.split(".")[:tokens]) if tokens else subject
+    if _SAFE_PARTITION.match(prefix):
+        return prefix
+    digest = hashlib.sha256(prefix.encode()).hexdigest()[:16]
+    readable = re.sub(r"[^A-Za-z0-9_.$-]", "_", prefix)[:64]
+    return f"{readable}~{digest}"
+
+
+class Layout:
+    """Paths of one account's tables and files in a warehouse."""
+
+    def __init__(self, warehouse: str | Path, account: str = DEFAULT_ACCOUNT) -> None:
+        self.warehouse = Path(warehouse).resolve()
+        self.account = account
+        self.root = self.warehouse / account
+
+    def stream_table(self, stream: str) -> Path:
+        return self.root / "streams" / stream
+
+    @property
+    def streams_dir(self) -> Path:
+        return self.root / "streams"
+
+    @property
+    def stream_configs(self) -> Path:
+        return self.root / "_system" / "streams"
+
+    @property
+    def tombstones_table(self) -> Path:
+        return self.root / "_system" / "tombstones"
+
+    @property
+    def leases(self) -> Path:
+        return self.root / "_system" / "leases"
+
+    def wal_dir(self, stream: str) -> Path:
+        return self.root / "_wal" / stream
+
+    @property
+    def owner_lock(self) -> Path:
+        return self.root / "_system" / "owner.lock"
+
+    def lease_file(self, table: Path) -> Path:
+        relative = table.resolve().relative_to(self.root)
+        return self.leases / (str(relative).replace("/", "__") + ".lease")

@@ -1,0 +1,448 @@
+"""A stream: JetStream's publish checks, limits, retention of messages, purge, get and delete.
+
+The state machine is synchronous and deterministic, driven by an injected clock; the stream's lock
+serialises it. `process` takes the messages of one group commit, checks each in JetStream's order
+(sealed, expected stream, duplicate window, expected last sequence / subject sequence / msg id,
+rollup, size, limits with discard new), assigns sequences to the accepted ones, applies limits with
+discard old and rollups, and hands the store one append of messages and removals, so a refused
+publish takes no sequence and a PubAck always follows the log write. Counterpart: server/stream.go
+(processJetStreamMsg, purge, removeMsg) and the limit handling of server/memstore.go.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from engine import errors, headers as hdr
+from engine.clock import Clock
+from engine.config import StreamConfig
+from engine.errors import JetStreamError
+from engine.index import MessageIndex, seq_ranges
+from engine.store.arrow import build_batch
+from engine.store.base import Removal, StoredMessage, StreamStore
+from engine.store.layout import partition_value
+from engine.subjects import FWC, is_valid_subject
+
+DEFAULT_MAX_PAYLOAD = 1024 * 1024
+STORE_OVERHEAD = 16
+
+
+@dataclass(slots=True)
+class InboundMessage:
+    subject: str
+    data: bytes
+    headers: dict[str, list[str]] | None = None
+
+
+@dataclass(slots=True)
+class PubAck:
+    stream: str
+    seq: int
+    duplicate: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"stream": self.stream, "seq": self.seq}
+        if self.duplicate:
+            out["duplicate"] = True
+        return out
+
+
+PublishResult = PubAck | JetStreamError
+
+
+def message_size(subject: str, headers_size: int, data_len: int) -> int:
+    """Bytes a message counts for in `max_bytes` and the stream state (memstore's formula)."""
+    return len(subject) + headers_size + data_len + STORE_OVERHEAD
+
+
+class _Accepted:
+    """Columns of the messages a group commit accepts, and the removals it causes."""
+
+    def __init__(self) -> None:
+        self.seqs: list[int] = []
+        self.subjects: list[str] = []
+        self.ts: list[int] = []
+        self.msg_ids: list[str | None] = []
+        self.headers: list[dict[str, list[str]] | None] = []
+        self.data: list[bytes] = []
+        self.sizes: list[int] = []
+        self.partitions: list[str] = []
+        self.removed: dict[str, list[int]] = {}
+
+    def remove(self, reason: str, seqs: list[int] | np.ndarray) -> None:
+        if len(seqs):
+            self.removed.setdefault(reason, []).extend(int(s) for s in seqs)
+
+
+class Stream:
+    """One stream's state. Every public method takes the stream's lock."""
+
+    def __init__(
+        self,
+        config: StreamConfig,
+        created_ns: int,
+        stream_id: str,
+        store: StreamStore,
+        clock: Clock,
+        max_payload: int = DEFAULT_MAX_PAYLOAD,
+    ) -> None:
+        self.config = config
+        self.created_ns = created_ns
+        self.stream_id = stream_id
+        self.store = store
+        self.clock = clock
+        self.max_payload = max_payload
+        self.index = MessageIndex()
+        self.lock = threading.RLock()
+        self._msg_ids: dict[str, tuple[int, int]] = {}
+        self._msg_id_order: deque[tuple[int, str]] = deque()
+        self.last_msg_id: str | None = None
+        self.consumer_count = 0
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    # -- recovery -----------------------------------------------------------------------------
+
+    def recover(self) -> None:
+        with self.lock:
+            since = self.clock.now_ns() - self.config.duplicate_window
+            recovered = self.store.recover(self.index, since)
+            for msg_id, seq, ts in recovered.msg_ids:
+                self._remember_msg_id(msg_id, seq, ts)
+            self.last_msg_id = recovered.last_msg_id
+            if self.config.first_seq and self.index.last_seq == 0:
+                self.index.skip_to(self.config.first_seq)
+            self._expire(self.clock.now_ns())
+
+    def start_at_first_seq(self) -> None:
+        """A new stream with `first_seq`: its first message gets that sequence, durably."""
+        with self.lock:
+            if self.config.first_seq and self.config.first_seq > 1:
+                self.index.skip_to(self.config.first_seq)
+                self.store.append(None, [Removal([], "first_seq", last_seq=self.index.last_seq, ts=self.clock.now_ns())])
+
+    # -- publish ------------------------------------------------------------------------------
+
+    def process(self, groups: list[list[InboundMessage]]) -> list[list[PublishResult]]:
+        """Checks and stores the messages of one group commit; one store append for all of them."""
+        with self.lock:
+            now = self.clock.now_ns()
+            accepted = _Accepted()
+            self._expire(now, accepted)
+            results = [[self._publish_one(m, now, accepted) for m in group] for group in groups]
+            self._append(accepted, now)
+            if self.config.storage == "memory":
+                self.store.forget_below(self.index.first_seq)  # type: ignore[attr-defined]
+            return results
+
+    def _publish_one(self, msg: InboundMessage, now: int, acc: _Accepted) -> PublishResult:
+        try:
+            return self._check_and_store(msg, now, acc)
+        except JetStreamError as exc:
+            return exc
+
+    def _check_and_store(self, msg: InboundMessage, now: int, acc: _Accepted) -> PubAck:
+        c = self.config
+        h = msg.headers
+        if c.sealed:
+            raise errors.sealed()
+        if h:
+            expected_stream = hdr.first(h, hdr.EXPECTED_STREAM)
+            if expected_stream is not None and expected_stream != c.name:
+                raise errors.stream_not_match()
+        msg_id = hdr.first(h, hdr.MSG_ID) if h else None
+        if msg_id:
+            self._expire_msg_ids(now)
+            seen = self._msg_ids.get(msg_id)
+            if seen is not None:
+                return PubAck(c.name, seen[0], duplicate=True)
+        if h:
+            self._check_expectations(msg.subject, h)
+        rollup = self._rollup(h) if h else None
+        headers_size = hdr.wire_size(h)
+        if headers_size > hdr.MAX_HEADERS_SIZE:
+            raise errors.header_too_large()
+        payload_size = headers_size + len(msg.data)
+        if payload_size > self.max_payload or (c.max_msg_size >= 0 and payload_size > c.max_msg_size):
+            raise errors.message_too_large()
+        size = message_size(msg.subject, headers_size, len(msg.data))
+        self._check_discard_new(msg.subject, size, rollup)
+
+        seq = self.index.last_seq + 1
+        ts = max(now, self.index.last_ts)
+        self.index.append(seq, msg.subject, size, ts)
+        acc.seqs.append(seq)
+        acc.subjects.append(msg.subject)
+        acc.ts.append(ts)
+        acc.msg_ids.append(msg_id)
+        acc.headers.append(h)
+        acc.data.append(msg.data)
+        acc.sizes.append(size)
+        acc.partitions.append(partition_value(msg.subject, c.partition_tokens))
+        self.last_msg_id = msg_id
+        if msg_id:
+            self._remember_msg_id(msg_id, seq, ts)
+        if rollup == hdr.ROLLUP_SUBJECT:
+            acc.remove("rollup", self._remove(self.index.live_seqs(msg.subject, stop=seq)))
+        elif rollup == hdr.ROLLUP_ALL:
+            acc.remove("rollup", self._remove(self.index.live_seqs(stop=seq)))
+        self._enforce_limits(msg.subject, acc)
+        return PubAck(c.name, seq)
+
+    def _check_expectations(self, subject: str, h: dict[str, list[str]]) -> None:
+        expected_last = hdr.first(h, hdr.EXPECTED_LAST_SEQ)
+        if expected_last is not None:
+            if _parse_seq(expected_last, hdr.EXPECTED_LAST_SEQ) != self.index.last_seq:
+                raise errors.WrongLastSequenceError(self.index.last_seq)
+        expected_subject_seq = hdr.first(h, hdr.EXPECTED_LAST_SUBJECT_SEQ)
+        check_subject = hdr.first(h, hdr.EXPECTED_LAST_SUBJECT_SEQ_SUBJECT)
+        if expected_subject_seq is not None:
+            target = check_subject or subject
+            if not is_valid_subject(target):
+                raise errors.bad_request(f"invalid {hdr.EXPECTED_LAST_SUBJECT_SEQ_SUBJECT}")
+            last = self.index.last_seq_for(target)
+            if _parse_seq(expected_subject_seq, hdr.EXPECTED_LAST_SUBJECT_SEQ) != last:
+                raise errors.WrongLastSequenceError(last)
+        elif check_subject is not None:
+            raise errors.expected_subject_alone()
+        expected_msg_id = hdr.first(h, hdr.EXPECTED_LAST_MSG_ID)
+        if expected_msg_id is not None and expected_msg_id != (self.last_msg_id or ""):
+            raise errors.wrong_last_msg_id(self.last_msg_id or "")
+
+    def _rollup(self, h: dict[str, list[str]]) -> str | None:
+        value = hdr.first(h, hdr.ROLLUP)
+        if value is None:
+            return None
+        if not self.config.allow_rollup_hdrs or self.config.deny_purge:
+            raise errors.rollup_failed("rollup not permitted")
+        if value not in (hdr.ROLLUP_SUBJECT, hdr.ROLLUP_ALL):
+            raise errors.rollup_failed(f"rollup value invalid: {value}")
+        return value
+
+    def _check_discard_new(self, subject: str, size: int, rollup: str | None) -> None:
+        c, ix = self.config, self.index
+        if c.discard != "new":
+            return
+        if c.max_msgs > 0 and ix.msgs + 1 > c.max_msgs:
+            raise errors.store_failed("maximum messages exceeded")
+        if c.max_bytes > 0 and ix.bytes + size > c.max_bytes:
+            raise errors.store_failed("maximum bytes exceeded")
+        if c.discard_new_per_subject and c.max_msgs_per_subject > 0 and rollup is None:
+            if ix.subject_state(subject)[0] + 1 > c.max_msgs_per_subject:
+                raise errors.store_failed("maximum messages per subject exceeded")
+
+    def _enforce_limits(self, subject: str | None, acc: _Accepted) -> None:
+        """Discard old: drop the oldest messages past the limits (per subject always, as JetStream)."""
+        c, ix = self.config, self.index
+        if c.max_msgs_per_subject > 0:
+            subjects = [subject] if subject is not None else [s for s, *_ in ix.iter_subject_states()]
+            for subj in subjects:
+                excess = ix.subject_state(subj)[0] - c.max_msgs_per_subject
+                if excess > 0:
+                    acc.remove("limits", self._remove(ix.live_seqs(subj)[:excess]))
+        if c.discard == "new" and subject is not None:
+            return
+        if c.max_msgs > 0 and ix.msgs > c.max_msgs:
+            acc.remove("limits", self._remove(ix.live_seqs()[: ix.msgs - c.max_msgs]))
+        if c.max_bytes > 0 and ix.bytes > c.max_bytes:
+            seqs = ix.live_seqs()
+            excess = ix.bytes - c.max_bytes
+            cut = int(np.searchsorted(np.cumsum(ix.sizes_of(seqs)), excess, side="left")) + 1
+            acc.remove("limits", self._remove(seqs[:cut]))
+
+    def _expire(self, now: int, acc: _Accepted | None = None) -> None:
+        """`max_age`: messages older than it leave every read at once."""
+        max_age = self.config.max_age
+        if not max_age or self.index.msgs == 0 or self.index.first_ts >= now - max_age:
+            return
+        seqs = self._remove(self.index.seqs_before_time(now - max_age))
+        if acc is not None:
+            acc.remove("max_age", seqs)
+        else:
+            self._record_removals({"max_age": seqs.tolist()}, now)
+
+    def _remove(self, seqs: np.ndarray) -> np.ndarray:
+        if len(seqs):
+            self.index.remove_many(seqs)
+        return seqs
+
+    def _append(self, acc: _Accepted, now: int) -> None:
+        batch = None
+        if acc.seqs:
+            batch = build_batch(
+                acc.seqs, acc.subjects, acc.ts, acc.msg_ids, acc.headers, acc.data, acc.sizes, acc.partitions
+            )
+        self.store.append(batch, self._removals(acc.removed, now))
+
+    def _removals(self, removed: dict[str, list[int]], now: int, erase: bool = False) -> list[Removal]:
+        return [
+            Removal(seq_ranges(sorted(seqs)), reason, erase, self.index.last_seq, now)
+            for reason, seqs in removed.items()
+            if seqs
+        ]
+
+    def _record_removals(self, removed: dict[str, list[int]], now: int, erase: bool = False) -> None:
+        removals = self._removals(removed, now, erase)
+        if removals:
+            self.store.append(None, removals)
+
+    def _remember_msg_id(self, msg_id: str, seq: int, ts: int) -> None:
+        self._msg_ids[msg_id] = (seq, ts)
+        self._msg_id_order.append((ts, msg_id))
+
+    def _expire_msg_ids(self, now: int) -> None:
+        cutoff = now - self.config.duplicate_window
+        order = self._msg_id_order
+        while order and order[0][0] < cutoff:
+            ts, msg_id = order.popleft()
+            seen = self._msg_ids.get(msg_id)
+            if seen is not None and seen[1] == ts:
+                del self._msg_ids[msg_id]
+
+    # -- config -------------------------------------------------------------------------------
+
+    def apply_config(self, config: StreamConfig) -> None:
+        """An update: lower limits take effect at once, as in JetStream."""
+        with self.lock:
+            self.config = config
+            acc = _Accepted()
+            now = self.clock.now_ns()
+            self._expire(now, acc)
+            self._enforce_limits(None, acc)
+            self._record_removals(acc.removed, now)
+            if self.config.duplicate_window:
+                self._expire_msg_ids(now)
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        with self.lock:
+            self._expire(self.clock.now_ns())
+
+    def get(self, seq: int) -> StoredMessage:
+        with self.lock:
+            self._expire(self.clock.now_ns())
+            msg = self.store.load(seq, self.index) if seq > 0 else None
+        if msg is None:
+            raise errors.NoMessageFoundError()
+        return msg
+
+    def last_by_subject(self, subject: str) -> StoredMessage:
+        _check_filter(subject)
+        with self.lock:
+            self._expire(self.clock.now_ns())
+            seq = self.index.last_seq_for(subject)
+            msg = self.store.load(seq, self.index) if seq else None
+        if msg is None:
+            raise errors.NoMessageFoundError()
+        return msg
+
+    def next_by_subject(self, subject: str, start: int) -> StoredMessage:
+        _check_filter(subject)
+        with self.lock:
+            self._expire(self.clock.now_ns())
+            seq = self.index.next_seq_for(subject, max(start, 1))
+            msg = self.store.load(seq, self.index) if seq else None
+        if msg is None:
+            raise errors.NoMessageFoundError()
+        return msg
+
+    def state(self, subjects_filter: str | None = None) -> dict[str, Any]:
+        with self.lock:
+            self._expire(self.clock.now_ns())
+            ix = self.index
+            state: dict[str, Any] = {
+                "messages": ix.msgs,
+                "bytes": ix.bytes,
+                "first_seq": ix.first_seq,
+                "first_ts": ix.first_ts,
+                "last_seq": ix.last_seq,
+                "last_ts": ix.last_ts,
+                "num_subjects": ix.num_subjects,
+                "num_deleted": ix.num_deleted,
+                "consumer_count": self.consumer_count,
+            }
+            if subjects_filter:
+                state["subjects"] = ix.subjects_state(subjects_filter)
+            return state
+
+    # -- removal ------------------------------------------------------------------------------
+
+    def delete_message(self, seq: int, erase: bool) -> None:
+        with self.lock:
+            if self.config.sealed:
+                raise errors.sealed()
+            if self.config.deny_delete:
+                raise errors.msg_delete_failed("message delete not permitted")
+            self._expire(self.clock.now_ns())
+            if seq <= 0:
+                raise errors.bad_request("a message sequence must be a positive integer")
+            if seq > self.index.last_seq:
+                raise errors.msg_delete_failed("stream store EOF")
+            if not self.index.remove(seq):
+                raise errors.sequence_not_found(seq)
+            self._record_removals({"erase" if erase else "delete": [seq]}, self.clock.now_ns(), erase)
+
+    def purge(self, filter_: str | None = None, seq: int = 0, keep: int = 0) -> int:
+        """JetStream's PurgeEx: all, by filter (wildcards), keeping the newest `keep`, or below `seq`."""
+        if seq < 0 or keep < 0:
+            raise errors.bad_request("purge sequence and keep must not be negative")
+        if seq and keep:
+            raise errors.bad_request("purge sequence and keep are mutually exclusive")
+        if filter_:
+            _check_filter(filter_)
+        with self.lock:
+            if self.config.sealed:
+                raise errors.sealed()
+            if self.config.deny_purge:
+                raise errors.purge_failed("stream purge not permitted")
+            now = self.clock.now_ns()
+            self._expire(now)
+            ix = self.index
+            last_before = ix.last_seq
+            if not filter_ or filter_ == FWC:
+                if seq == 1:
+                    return 0
+                if seq > 1:
+                    seqs = ix.live_seqs(stop=seq)
+                    self._remove(seqs)
+                    if seq > ix.last_seq + 1:
+                        ix.skip_to(seq)
+                elif keep > 0:
+                    if keep >= ix.msgs:
+                        return 0
+                    seqs = self._remove(ix.live_seqs(stop=ix.last_seq - keep + 1))
+                else:
+                    seqs = self._remove(ix.live_seqs())
+            else:
+                seqs = ix.live_seqs(filter_, stop=seq if seq > 1 else None)
+                if keep > 0:
+                    seqs = seqs[: max(len(seqs) - keep, 0)]
+                self._remove(seqs)
+            if len(seqs) or ix.last_seq != last_before:
+                self._record_removals({"purge": seqs.tolist()} if len(seqs) else {}, now)
+                if not len(seqs):
+                    self.store.append(None, [Removal([], "purge", False, ix.last_seq, now)])
+            return len(seqs)
+
+
+def _parse_seq(value: str, header: str) -> int:
+    try:
+        seq = int(value.strip())
+    except ValueError:
+        raise errors.bad_request(f"invalid {header} header: {value!r}") from None
+    if seq < 0:
+        raise errors.bad_request(f"invalid {header} header: {value!r}")
+    return seq
+
+
+def _check_filter(subject: str) -> None:
+    if not is_valid_subject(subject):
+        raise errors.bad_request(f"invalid subject filter {subject!r}")

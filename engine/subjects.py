@@ -1,0 +1,100 @@
+"""NATS subjects: validation, wildcard matching, overlap and subset.
+
+Subjects are `.`-separated tokens; `*` matches one token and `>` one or more trailing tokens, each only
+as a whole token and only in filters, never in a publish subject. Counterpart: server/sublist.go.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+PWC = "*"
+FWC = ">"
+MAX_SUBJECT_LEN = 512
+_FORBIDDEN = frozenset(" \t\r\n\f\v\x00")
+
+
+def _has_bad_chars(subject: str) -> bool:
+    return any(ch in _FORBIDDEN or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in subject)
+
+
+@lru_cache(maxsize=65536)
+def is_valid_subject(subject: str) -> bool:
+    """A subject or filter: non-empty tokens, wildcards whole, `>` last, no whitespace or controls."""
+    if not subject or len(subject) > MAX_SUBJECT_LEN or _has_bad_chars(subject):
+        return False
+    tokens = subject.split(".")
+    for i, token in enumerate(tokens):
+        if not token:
+            return False
+        if len(token) > 1 and (PWC in token or FWC in token):
+            return False
+        if token == FWC and i != len(tokens) - 1:
+            return False
+    return True
+
+
+@lru_cache(maxsize=65536)
+def is_valid_publish_subject(subject: str) -> bool:
+    """A literal subject a message can be published to."""
+    return is_valid_subject(subject) and is_literal(subject)
+
+
+def is_literal(subject: str) -> bool:
+    return all(token not in (PWC, FWC) for token in subject.split("."))
+
+
+def match_tokens(filter_tokens: list[str] | tuple[str, ...], subject_tokens: list[str] | tuple[str, ...]) -> bool:
+    for i, ft in enumerate(filter_tokens):
+        if ft == FWC:
+            return len(subject_tokens) > i
+        if i >= len(subject_tokens):
+            return False
+        if ft != PWC and ft != subject_tokens[i]:
+            return False
+    return len(filter_tokens) == len(subject_tokens)
+
+
+@lru_cache(maxsize=262144)
+def subject_matches(filter_: str, subject: str) -> bool:
+    """Whether the literal `subject` is matched by `filter_` (which may hold wildcards)."""
+    if filter_ == subject or filter_ == FWC:
+        return True
+    return match_tokens(filter_.split("."), subject.split("."))
+
+
+def subjects_collide(a: str, b: str) -> bool:
+    """Whether some literal subject matches both patterns."""
+    ta, tb = a.split("."), b.split(".")
+    for i in range(max(len(ta), len(tb))):
+        x = ta[i] if i < len(ta) else None
+        y = tb[i] if i < len(tb) else None
+        if x == FWC or y == FWC:
+            return x is not None and y is not None
+        if x is None or y is None:
+            return False
+        if x != PWC and y != PWC and x != y:
+            return False
+    return True
+
+
+def is_subset_match(sub: str, sup: str) -> bool:
+    """Whether every subject matching `sub` also matches `sup`."""
+    ts, tp = sub.split("."), sup.split(".")
+    for i, p in enumerate(tp):
+        if p == FWC:
+            return len(ts) > i
+        if i >= len(ts):
+            return False
+        s = ts[i]
+        if s == FWC:
+            return False
+        if p == PWC:
+            continue
+        if s == PWC or s != p:
+            return False
+    return len(ts) == len(tp)
+
+
+def any_match(filters: list[str] | tuple[str, ...], subject: str) -> bool:
+    return any(subject_matches(f, subject) for f in filters)

@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from engine import EngineOptions, JetStream, ManualClock
+from jobs.spark import spark_session
+from tests.gateway import Gateway
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    session = spark_session("local[2]", "jetlake-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def warehouse(tmp_path: Path) -> Path:
+    path = tmp_path / "warehouse"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def js(warehouse: Path, clock: ManualClock) -> Iterator[JetStream]:
+    """An engine on a fresh warehouse with a hand-moved clock and no background flusher."""
+    engine = JetStream(warehouse, EngineOptions(), clock=clock)
+    engine.open(start_flusher=False)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture
+def gateway(warehouse: Path) -> Iterator[Gateway]:
+    """A real `jetlake serve` on loopback, on a fresh warehouse."""
+    gw = Gateway(warehouse, "--flush-interval", "0.2").start()
+    yield gw
+    gw.stop()

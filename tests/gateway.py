@@ -1,0 +1,70 @@
+"""A real gateway for API tests: `jetlake serve` in its own process on a free loopback port."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+JETLAKE = Path(sys.prefix) / "bin" / "jetlake"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Gateway:
+    """Starts, kills and restarts one gateway process; stopped by its PID only."""
+
+    def __init__(self, warehouse: Path, *args: str) -> None:
+        self.warehouse = warehouse
+        self.args = list(args)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = warehouse.parent / f"gateway-{self.port}.log"
+
+    def start(self, timeout: float = 20.0) -> Gateway:
+        cmd = [str(JETLAKE), "serve", "--warehouse", str(self.warehouse), "--port", str(self.port), *self.args]
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ})
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"gateway exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=0.5).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise TimeoutError(f"gateway did not become healthy: {self.log.read_text()[-2000:]}")
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=30.0)
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+        self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self.proc = None
