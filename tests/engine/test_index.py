@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import numpy as np
+
+from engine.index import MessageIndex, seq_ranges
+
+
+def _index(subjects: list[str]) -> MessageIndex:
+    ix = MessageIndex()
+    for i, s in enumerate(subjects, start=1):
+        ix.append(i, s, 10, i * 1000)
+    return ix
+
+
+def test_append_tracks_stream_and_subject_state() -> None:
+    ix = _index(["a", "b", "a", "c", "a"])
+    assert (ix.msgs, ix.bytes, ix.first_seq, ix.last_seq, ix.num_subjects) == (5, 50, 1, 5, 3)
+    assert ix.subject_state("a") == (3, 1, 5)
+    assert ix.subjects_state("*") == {"a": 3, "b": 1, "c": 1}
+
+
+def test_removing_a_subjects_first_and_last_walks_its_chain() -> None:
+    ix = _index(["a", "b", "a", "b", "a", "a"])
+    assert ix.remove(1)
+    assert ix.subject_state("a") == (3, 3, 6)
+    assert ix.remove(6)
+    assert ix.subject_state("a") == (2, 3, 5)
+    assert ix.first_seq == 2 and ix.last_seq == 6 and ix.num_deleted == 1
+    ix.append(7, "a", 10, 7000)
+    assert ix.subject_state("a") == (3, 3, 7)
+    assert not ix.remove(6)
+
+
+def test_removing_everything_moves_first_past_last() -> None:
+    ix = _index(["a", "b"])
+    ix.remove_many(np.array([1, 2]))
+    assert (ix.msgs, ix.first_seq, ix.last_seq, ix.num_subjects, ix.num_deleted) == (0, 3, 2, 0, 0)
+    ix.append(3, "a", 10, 5000)
+    assert (ix.first_seq, ix.last_seq, ix.msgs) == (3, 3, 1)
+
+
+def test_skip_to_leaves_a_gap_without_messages() -> None:
+    ix = _index(["a"])
+    ix.skip_to(10)
+    assert ix.last_seq == 9 and ix.msgs == 1
+    ix.append(10, "a", 10, 9000)
+    assert ix.num_deleted == 8 and ix.subject_state("a") == (2, 1, 10)
+
+
+def test_lookups_by_subject_and_time() -> None:
+    ix = _index(["x.1", "x.2", "y", "x.1"])
+    assert ix.last_seq_for("x.*") == 4
+    assert ix.next_seq_for("x.2", 1) == 2
+    assert ix.next_seq_for("x.1", 2) == 4
+    assert ix.next_seq_for("z", 1) == 0
+    assert ix.seq_at_or_after_time(2500) == 3
+    assert ix.live_seqs("x.>").tolist() == [1, 2, 4]
+    assert ix.live_mask(np.array([0, 1, 3, 9])).tolist() == [False, True, True, False]
+
+
+def test_rebase_keeps_lookups_right_after_many_removals() -> None:
+    ix = MessageIndex()
+    for seq in range(1, 200_001):
+        ix.append(seq, "a" if seq % 2 else "b", 1, seq)
+    ix.remove_many(np.arange(1, 150_001, dtype=np.int64))
+    assert ix.base > 1
+    assert ix.first_seq == 150_001 and ix.msgs == 50_000
+    assert ix.subject_state("a") == (25_000, 150_001, 199_999)
+    assert ix.next_seq_for("b", 1) == 150_002
+
+
+def test_seq_ranges() -> None:
+    assert seq_ranges([1, 2, 3, 5, 7, 8]) == [(1, 3), (5, 5), (7, 8)]
+    assert seq_ranges([]) == []
