@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import sys
 
@@ -28,6 +29,9 @@ def _serve(args: argparse.Namespace) -> int:
     engine = JetStream(args.warehouse, options)
     try:
         engine.open()
+        # Publishing allocates many short-lived objects; collecting less often keeps the GC off the hot path.
+        gc.freeze()
+        gc.set_threshold(50_000, 50, 100)
     except OwnerLockedError as exc:
         print(f"jetlake: {exc}", file=sys.stderr)
         return 2

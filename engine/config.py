@@ -129,8 +129,9 @@ class StreamConfig(_Model):
     @property
     def partition_tokens(self) -> int:
         """How many leading subject tokens name the table partition (0: the whole subject)."""
-        value = (self.metadata or {}).get(PARTITION_TOKENS_KEY, "0")
-        return int(value)
+        if not self.metadata:
+            return 0
+        return int(self.metadata.get(PARTITION_TOKENS_KEY, "0"))
 
 
 def parse_stream_config(body: dict[str, Any]) -> tuple[StreamConfig, bool]:

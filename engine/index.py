@@ -115,6 +115,60 @@ class MessageIndex:
             self.first_seq = seq
             self.first_ts = ts
 
+    def append_run(self, first_seq: int, subjects: list[str], sizes: list[int], ts: int) -> None:
+        """Appends consecutive sequences from `first_seq`, all stamped `ts`: `append` without the per-message numpy cost."""
+        count = len(subjects)
+        if count == 0:
+            return
+        if first_seq <= self.last_seq:
+            raise ValueError(f"sequence {first_seq} is not after the last sequence {self.last_seq}")
+        if self.msgs == 0 and self._n == 0:
+            self.base = first_seq
+        elif first_seq > self.last_seq + 1:
+            self.skip_to(first_seq)
+        lo = first_seq - self.base
+        hi = lo + count
+        self._grow(hi)
+        ids = self._subject_ids
+        sids = [ids[s] if s in ids else self.subject_id(s) for s in subjects]
+        prev = [0] * count
+        link_from: list[int] = []
+        link_to: list[int] = []
+        per_subject = self._per_subject
+        seq = first_seq
+        for i, sid in enumerate(sids):
+            state = per_subject.get(sid)
+            if state is None or state[0] == 0:
+                per_subject[sid] = [1, seq, seq]
+                self.num_subjects += 1
+            else:
+                last = state[2]
+                prev[i] = last
+                if last >= first_seq:
+                    link_from.append(last - first_seq)
+                    link_to.append(seq)
+                else:
+                    self._next[last - self.base] = seq
+                state[0] += 1
+                state[2] = seq
+            seq += 1
+        self._sid[lo:hi] = sids
+        self._size[lo:hi] = sizes
+        self._ts[lo:hi] = ts
+        self._live[lo:hi] = True
+        self._next[lo:hi] = 0
+        if link_from:
+            self._next[lo + np.array(link_from, np.int64)] = link_to
+        self._prev[lo:hi] = prev
+        self._n = hi
+        self.msgs += count
+        self.bytes += sum(sizes)
+        if self.msgs == count:
+            self.first_seq = first_seq
+            self.first_ts = ts
+        self.last_seq = first_seq + count - 1
+        self.last_ts = ts
+
     def remove(self, seq: int) -> bool:
         """Removes one live message; False if it is not live."""
         if not self.is_live(seq):

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import base64
 from datetime import UTC, datetime
 from typing import Any
+
+import pybase64
 
 from engine.store.base import StoredMessage
 
@@ -52,5 +53,5 @@ def stored_message_json(msg: StoredMessage) -> dict[str, Any]:
     out: dict[str, Any] = {"subject": msg.subject, "seq": msg.seq, "time": rfc3339(msg.ts)}
     if msg.headers:
         out["headers"] = msg.headers
-    out["data"] = base64.b64encode(msg.data).decode()
+    out["data"] = pybase64.b64encode(msg.data).decode()
     return out

@@ -253,42 +253,58 @@ class JetStream:
     # -- publish ------------------------------------------------------------------------------
 
     def stream_for_subject(self, subject: str) -> Stream | None:
-        name = self._by_subject.get(subject, "")
-        if name == "":
-            name = None
+        entry = self._entry_for_subject(subject)
+        return entry.stream if entry else None
+
+    def _entry_for_subject(self, subject: str) -> _Entry | None:
+        """The stream capturing a literal subject; answers are cached until the set of streams changes."""
+        try:
+            name = self._by_subject[subject]
+        except KeyError:
             with self._lock:
-                for candidate, entry in self._streams.items():
-                    if any(subject_matches(f, subject) for f in entry.stream.config.subjects or []):
-                        name = candidate
-                        break
+                name = next(
+                    (n for n, e in self._streams.items() if any(subject_matches(f, subject) for f in e.stream.config.subjects or [])),
+                    None,
+                )
                 if len(self._by_subject) > 100_000:
                     self._by_subject.clear()
                 self._by_subject[subject] = name
-        entry = self._streams.get(name) if name else None
-        return entry.stream if entry else None
+        return self._streams.get(name) if name else None
 
     def publish(self, messages: list[InboundMessage]) -> list[PublishResult]:
         """Publishes in order; each result is a PubAck or the error for that message."""
         results: list[PublishResult | None] = [None] * len(messages)
         groups: dict[str, tuple[_Entry, list[int], list[InboundMessage]]] = {}
+        last_subject, last_entry = None, None
         for i, msg in enumerate(messages):
-            if not is_valid_publish_subject(msg.subject):
-                results[i] = errors.bad_request(f"invalid publish subject {msg.subject[:100]!r}")
+            if msg.subject != last_subject:
+                last_subject = msg.subject
+                last_entry = self._entry_for_subject(msg.subject) if is_valid_publish_subject(msg.subject) else None
+            if last_entry is None:
+                valid = is_valid_publish_subject(msg.subject)
+                results[i] = errors.no_stream_matches_subject() if valid else errors.bad_request(
+                    f"invalid publish subject {msg.subject[:100]!r}"
+                )
                 continue
-            stream = self.stream_for_subject(msg.subject)
-            entry = self._streams.get(stream.name) if stream else None
-            if entry is None:
-                results[i] = errors.no_stream_matches_subject()
-                continue
-            group = groups.setdefault(entry.stream.name, (entry, [], []))
+            group = groups.get(last_entry.stream.name)
+            if group is None:
+                group = groups[last_entry.stream.name] = (last_entry, [], [])
             group[1].append(i)
             group[2].append(msg)
+        if len(groups) == 1 and all(r is None for r in results):
+            entry, _, msgs = next(iter(groups.values()))
+            out = entry.commit.submit(msgs)
+            self._maybe_wake_flusher(entry)
+            return out
         for entry, positions, msgs in groups.values():
             for pos, result in zip(positions, entry.commit.submit(msgs), strict=True):
                 results[pos] = result
-            if entry.stream.store.pending_bytes() >= self.options.flush_bytes:
-                self._flush_wake.set()
+            self._maybe_wake_flusher(entry)
         return [r for r in results if r is not None]
+
+    def _maybe_wake_flusher(self, entry: _Entry) -> None:
+        if entry.stream.store.pending_bytes() >= self.options.flush_bytes:
+            self._flush_wake.set()
 
     def publish_one(self, subject: str, data: bytes, headers: dict[str, list[str]] | None = None) -> PublishResult:
         return self.publish([InboundMessage(subject, data, headers)])[0]

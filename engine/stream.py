@@ -136,11 +136,65 @@ class Stream:
             now = self.clock.now_ns()
             accepted = _Accepted()
             self._expire(now, accepted)
-            results = [[self._publish_one(m, now, accepted) for m in group] for group in groups]
+            plain = self._plain_path_allowed()
+            results = [
+                self._store_plain(group, now, accepted)
+                if plain and all(m.headers is None for m in group)
+                else [self._publish_one(m, now, accepted) for m in group]
+                for group in groups
+            ]
             self._append(accepted, now)
             if self.config.storage == "memory":
                 self.store.forget_below(self.index.first_seq)  # type: ignore[attr-defined]
             return results
+
+    def _plain_path_allowed(self) -> bool:
+        """Whether messages without headers can skip the per-message checks: only size can refuse them."""
+        c = self.config
+        return not c.sealed and (c.discard == "old" or (c.max_msgs < 0 and c.max_bytes < 0 and not c.discard_new_per_subject))
+
+    def _store_plain(self, group: list[InboundMessage], now: int, acc: _Accepted) -> list[PublishResult]:
+        """Messages without headers, stored as one run: the same outcome as one by one, in bulk."""
+        c, ix = self.config, self.index
+        limit = self.max_payload if c.max_msg_size < 0 else min(self.max_payload, c.max_msg_size)
+        ts = max(now, ix.last_ts)
+        results: list[PublishResult] = []
+        subjects: list[str] = []
+        sizes: list[int] = []
+        data: list[bytes] = []
+        seq = ix.last_seq
+        name = c.name
+        for msg in group:
+            length = len(msg.data)
+            if length > limit:
+                results.append(errors.message_too_large())
+                continue
+            seq += 1
+            subjects.append(msg.subject)
+            sizes.append(len(msg.subject) + length + STORE_OVERHEAD)
+            data.append(msg.data)
+            results.append(PubAck(name, seq))
+        if not subjects:
+            return results
+        first = ix.last_seq + 1
+        ix.append_run(first, subjects, sizes, ts)
+        count = len(subjects)
+        tokens = c.partition_tokens
+        acc.seqs.extend(range(first, first + count))
+        acc.subjects.extend(subjects)
+        acc.ts.extend([ts] * count)
+        acc.msg_ids.extend([None] * count)
+        acc.headers.extend([None] * count)
+        acc.data.extend(data)
+        acc.sizes.extend(sizes)
+        acc.partitions.extend([partition_value(s, tokens) for s in subjects])
+        self.last_msg_id = None
+        if c.max_msgs_per_subject > 0:
+            for subject in set(subjects):
+                self._enforce_limits(subject, acc)
+        else:
+            self._enforce_limits(subjects[-1], acc)
+        return results
 
     def _publish_one(self, msg: InboundMessage, now: int, acc: _Accepted) -> PublishResult:
         try:

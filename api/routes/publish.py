@@ -6,6 +6,7 @@ import binascii
 from typing import Any
 
 import orjson
+import pybase64
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
@@ -81,6 +82,17 @@ def _parse_ndjson(raw: bytes) -> list[Any]:
 
 
 def _message(item: Any) -> InboundMessage:
+    if type(item) is dict and len(item) == 2:
+        subject, data = item.get("subject"), item.get("data")
+        if type(subject) is str and type(data) is str:
+            try:
+                return InboundMessage(subject, pybase64.b64decode(data, validate=True))
+            except (binascii.Error, ValueError):
+                raise errors.bad_request("data is not valid base64") from None
+    return _checked_message(item)
+
+
+def _checked_message(item: Any) -> InboundMessage:
     if not isinstance(item, dict):
         raise errors.bad_request("each message must be a JSON object")
     if not _MESSAGE_FIELDS.issuperset(item):
@@ -96,7 +108,7 @@ def _message(item: Any) -> InboundMessage:
         if not isinstance(data, str):
             raise errors.bad_request("data must be base64 text")
         try:
-            payload = binascii.a2b_base64(data, strict_mode=True)
+            payload = pybase64.b64decode(data, validate=True)
         except (binascii.Error, ValueError):
             raise errors.bad_request("data is not valid base64") from None
     elif text is not None:

@@ -131,9 +131,9 @@ class DeltaStore:
     # -- the write path -----------------------------------------------------------------------
 
     def append(self, batch: pa.RecordBatch | None, removals: list[Removal]) -> None:
-        entries: list[tuple[int, bytes]] = []
+        entries: list[tuple[int, bytes | memoryview]] = []
         if batch is not None and batch.num_rows:
-            entries.append((KIND_MSGS, to_ipc(batch)))
+            entries.append((KIND_MSGS, memoryview(to_ipc(batch))))
         entries.extend((KIND_REMOVE, _encode_removal(r)) for r in removals)
         if not entries:
             return

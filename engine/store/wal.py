@@ -32,10 +32,13 @@ class Record:
     payload: bytes
 
 
-def encode(kind: int, lsn: int, payload: bytes) -> bytes:
+Payload = bytes | memoryview
+
+
+def header(kind: int, lsn: int, payload: Payload) -> bytes:
     prefix = struct.pack("<BQ", kind, lsn)
     crc = zlib.crc32(payload, zlib.crc32(prefix))
-    return _HEADER.pack(MAGIC, kind, lsn, len(payload), crc) + payload
+    return _HEADER.pack(MAGIC, kind, lsn, len(payload), crc)
 
 
 def _segment_name(lsn: int) -> str:
@@ -95,23 +98,25 @@ class WriteAheadLog:
             self.next_lsn = records[-1].lsn + 1
         return records
 
-    def append(self, entries: list[tuple[int, bytes]]) -> int:
-        """Writes the records in one write; returns the LSN of the last one."""
+    def append(self, entries: list[tuple[int, Payload]]) -> int:
+        """Writes the records with one gathered write; returns the LSN of the last one."""
         if self._file is None:
             self._open_segment()
         assert self._file is not None
-        chunks = []
+        parts: list[Payload] = []
         for kind, payload in entries:
-            chunks.append(encode(kind, self.next_lsn, payload))
+            view = memoryview(payload)
+            parts += (header(kind, self.next_lsn, view), view)
             self.next_lsn += 1
-        blob = b"".join(chunks)
-        view = memoryview(blob)
-        while view:
-            written = os.write(self._file, view)
-            view = view[written:]
+        total = sum(len(p) for p in parts)
+        written = os.writev(self._file, parts)
+        if written < total:
+            rest = b"".join(bytes(p) for p in parts)[written:]
+            while rest:
+                rest = rest[os.write(self._file, rest) :]
         if self.sync_always:
             os.fsync(self._file)
-        self.bytes_written += len(blob)
+        self.bytes_written += total
         return self.next_lsn - 1
 
     def _open_segment(self) -> None:
