@@ -46,7 +46,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
 STREAM = "BENCH"
-PAYLOAD = random.Random(1234).randbytes(1024)
+PAYLOAD_SIZE = 1024
+# Distinct random payloads, so that Parquet's dictionary encoding and compression cannot make a
+# table of identical messages unrealistically small and cheap to write.
+POOL_SIZE = 4096
+_POOL_BYTES = random.Random(1234).randbytes(PAYLOAD_SIZE * POOL_SIZE)
+POOL = [_POOL_BYTES[i * PAYLOAD_SIZE:(i + 1) * PAYLOAD_SIZE] for i in range(POOL_SIZE)]
 N_SUBJECTS = 4  # bench.0 .. bench.3
 
 try:  # faster JSON decoding on the client side, if present
@@ -368,10 +373,10 @@ def merge(results: list[dict]) -> dict:
 
 def http_single_worker(port, subject, n, warm, cap_s, *, ready, go):
     """(a): one keep-alive connection, one raw publish at a time."""
-    req = build_request("POST", f"/v1/publish/{subject}", port, PAYLOAD, "application/octet-stream")
+    reqs = [build_request("POST", f"/v1/publish/{subject}", port, pl, "application/octet-stream") for pl in POOL]
     c = RawHTTP(port)
-    for _ in range(warm):
-        st, body = c.request(req)
+    for k in range(warm):
+        st, body = c.request(reqs[k % POOL_SIZE])
         if st != 200:
             raise RuntimeError(f"warm-up publish answered {st}: {body[:300]!r}")
     ready()
@@ -385,6 +390,7 @@ def http_single_worker(port, subject, n, warm, cap_s, *, ready, go):
     stop_at = t0 + int(cap_s * 1e9)
     truncated = False
     for i in range(n):
+        req = reqs[i % POOL_SIZE]
         s = pc()
         st, body = c.request(req)
         e = pc()
@@ -402,15 +408,16 @@ def http_single_worker(port, subject, n, warm, cap_s, *, ready, go):
             "truncated": truncated}
 
 
-def build_batch_body(subject: str, count: int) -> bytes:
-    b64 = base64.b64encode(PAYLOAD).decode()
-    one = json.dumps({"subject": subject, "data": b64}, separators=(",", ":"))
-    return ('{"messages":[' + ",".join([one] * count) + "]}").encode()
+def build_batch_body(subject: str, count: int, first: int = 0) -> bytes:
+    msgs = [{"subject": subject, "data": base64.b64encode(POOL[(first + k) % POOL_SIZE]).decode()}
+            for k in range(count)]
+    return json.dumps({"messages": msgs}, separators=(",", ":")).encode()
 
 
-def http_batch_worker(port, subject, batches, batch, warm_msgs, cap_s, *, ready, go):
-    """(b): batches of `batch` messages, one request at a time on one keep-alive connection."""
-    req = build_request("POST", "/v1/publish", port, build_batch_body(subject, batch), "application/json")
+def http_batch_worker(port, subject, batches, batch, warm_msgs, cap_s, first, *, ready, go):
+    """(b): batches of `batch` messages, one request at a time on one keep-alive connection. The body
+    is built once (distinct payloads inside it) and re-sent: the sequences differ anyway."""
+    req = build_request("POST", "/v1/publish", port, build_batch_body(subject, batch, first), "application/json")
     c = RawHTTP(port)
     if warm_msgs:
         st, body = c.request(
@@ -468,8 +475,11 @@ def http_concurrent_worker(port, conns, per_conn, warm, cap_s, first_subject, *,
     maybe_uvloop()
 
     async def main():
-        reqs = [build_request("POST", f"/v1/publish/bench.{(first_subject + i) % N_SUBJECTS}", port, PAYLOAD,
-                              "application/octet-stream") for i in range(conns)]
+        # per connection a few distinct payloads, cycled
+        per = max(1, POOL_SIZE // (conns * 8))
+        reqs = [[build_request("POST", f"/v1/publish/bench.{(first_subject + i) % N_SUBJECTS}", port,
+                               POOL[((first_subject + i) * per + k) % POOL_SIZE], "application/octet-stream")
+                 for k in range(per)] for i in range(conns)]
         streams = []
         for i in range(conns):
             r, w = await asyncio.open_connection(HOST, port)
@@ -480,8 +490,8 @@ def http_concurrent_worker(port, conns, per_conn, warm, cap_s, first_subject, *,
 
         async def warmup(i):
             r, w = streams[i]
-            for _ in range(warm):
-                w.write(reqs[i])
+            for k in range(warm):
+                w.write(reqs[i][k % len(reqs[i])])
                 st, body = await aread_response(r)
                 if st != 200:
                     raise RuntimeError(f"warm-up publish answered {st}: {body[:300]!r}")
@@ -498,8 +508,9 @@ def http_concurrent_worker(port, conns, per_conn, warm, cap_s, first_subject, *,
 
         async def client(i):
             r, w = streams[i]
-            req = reqs[i]
+            mine = reqs[i]
             for k in range(per_conn):
+                req = mine[k % len(mine)]
                 s = pc()
                 w.write(req)
                 st, body = await aread_response(r)
@@ -534,8 +545,8 @@ def nats_single_worker(url, subject, n, warm, cap_s, *, ready, go):
 
         nc = await nats.connect(url, allow_reconnect=False)
         js = nc.jetstream(timeout=30)
-        for _ in range(warm):
-            await js.publish(subject, PAYLOAD)
+        for k in range(warm):
+            await js.publish(subject, POOL[k % POOL_SIZE])
         ready()
         go.wait(600)
         pc = time.perf_counter_ns
@@ -547,9 +558,10 @@ def nats_single_worker(url, subject, n, warm, cap_s, *, ready, go):
         c0 = time.process_time()
         stop_at = t0 + int(cap_s * 1e9)
         for i in range(n):
+            payload = POOL[i % POOL_SIZE]
             s = pc()
             try:
-                ack = await js.publish(subject, PAYLOAD)
+                ack = await js.publish(subject, payload)
                 ok = ack.seq is not None and ack.seq > 0
             except Exception as e:  # noqa: BLE001
                 ok = False
@@ -570,7 +582,7 @@ def nats_single_worker(url, subject, n, warm, cap_s, *, ready, go):
     return asyncio.run(main())
 
 
-def nats_pipelined_worker(url, subject, windows, window, warm, cap_s, *, ready, go):
+def nats_pipelined_worker(url, subject, windows, window, warm, cap_s, first, *, ready, go):
     maybe_uvloop()
 
     async def main():
@@ -578,7 +590,7 @@ def nats_pipelined_worker(url, subject, windows, window, warm, cap_s, *, ready, 
 
         nc = await nats.connect(url, allow_reconnect=False, pending_size=8 * 1024 * 1024)
         js = nc.jetstream(timeout=30, publish_async_max_pending=max(4000, 2 * window))
-        futs = [await js.publish_async(subject, PAYLOAD) for _ in range(warm)]
+        futs = [await js.publish_async(subject, POOL[k % POOL_SIZE]) for k in range(warm)]
         await asyncio.gather(*futs)
         ready()
         go.wait(600)
@@ -592,7 +604,7 @@ def nats_pipelined_worker(url, subject, windows, window, warm, cap_s, *, ready, 
         c0 = time.process_time()
         stop_at = t0 + int(cap_s * 1e9)
         for w in range(windows):
-            futs = [await js.publish_async(subject, PAYLOAD) for _ in range(window)]
+            futs = [await js.publish_async(subject, POOL[(first + k) % POOL_SIZE]) for k in range(window)]
             acks = await asyncio.gather(*futs, return_exceptions=True)
             n += window
             for a in acks:
@@ -783,7 +795,7 @@ def bench_jetlake(args, sizes: Sizes, sync_always: bool, workdir: Path) -> dict:
         log(f"jetlake (b): {sizes.b_clients} clients x {per_client} batches of {sizes.b_batch}")
         res = run_workers(
             http_batch_worker,
-            [(port, f"bench.{i % N_SUBJECTS}", per_client, sizes.b_batch, sizes.b_warm, sizes.cap_b)
+            [(port, f"bench.{i % N_SUBJECTS}", per_client, sizes.b_batch, sizes.b_warm, sizes.cap_b, i * sizes.b_batch)
              for i in range(sizes.b_clients)],
             ready_timeout=120, run_timeout=sizes.cap_b + 180, server_pid=p.pid)
         m = merge(res)
@@ -939,7 +951,7 @@ def bench_nats(args, sizes: Sizes, sync_always: bool, workdir: Path) -> dict:
         log(f"nats (b): {sizes.b_clients} clients x {per_client} windows of {window} js.publish_async")
         res = run_workers(
             nats_pipelined_worker,
-            [(url, f"bench.{i % N_SUBJECTS}", per_client, window, sizes.b_warm, sizes.cap_b)
+            [(url, f"bench.{i % N_SUBJECTS}", per_client, window, sizes.b_warm, sizes.cap_b, i * window)
              for i in range(sizes.b_clients)],
             ready_timeout=120, run_timeout=sizes.cap_b + 180, server_pid=p.pid)
         m = merge(res)
@@ -984,7 +996,8 @@ def main() -> int:
     result: dict = {
         "bench": "publish",
         "quick": args.quick,
-        "payload_bytes": len(PAYLOAD),
+        "payload_bytes": PAYLOAD_SIZE,
+        "distinct_payloads": POOL_SIZE,
         "cpus": os.cpu_count(),
         "loadavg_start": [round(x, 2) for x in os.getloadavg()],
         "sizes": {"a": sizes.a_n, "b": sizes.b_total, "b_clients": sizes.b_clients, "b_batch": sizes.b_batch,

@@ -38,7 +38,7 @@ from engine.subjects import is_valid_publish_subject, is_valid_subject, subject_
 log = logging.getLogger(__name__)
 
 DEFAULT_FLUSH_INTERVAL = 1.0
-DEFAULT_FLUSH_BYTES = 64 * 1024 * 1024
+DEFAULT_FLUSH_BYTES = 128 * 1024 * 1024
 API_LEVEL = 1
 
 
@@ -194,6 +194,7 @@ class JetStream:
             if entry is None:
                 raise errors.StreamNotFoundError()
             with entry.stream.lock:
+                entry.stream.deleted = True
                 del self._streams[name]
                 self._by_subject.clear()
                 (self.layout.stream_configs / f"{name}.json").unlink(missing_ok=True)
@@ -224,6 +225,10 @@ class JetStream:
         if entry is None:
             raise errors.StreamNotFoundError()
         return entry.stream
+
+    @property
+    def healthy(self) -> bool:
+        return self.opened and not any(s.failure for s in self.streams())
 
     def streams(self) -> list[Stream]:
         with self._lock:

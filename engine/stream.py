@@ -103,6 +103,8 @@ class Stream:
         self._msg_id_order: deque[tuple[int, str]] = deque()
         self.last_msg_id: str | None = None
         self.consumer_count = 0
+        self.deleted = False
+        self.failure: str | None = None
 
     @property
     def name(self) -> str:
@@ -133,6 +135,7 @@ class Stream:
     def process(self, groups: list[list[InboundMessage]]) -> list[list[PublishResult]]:
         """Checks and stores the messages of one group commit; one store append for all of them."""
         with self.lock:
+            self._check_writable()
             now = self.clock.now_ns()
             accepted = _Accepted()
             self._expire(now, accepted)
@@ -143,10 +146,20 @@ class Stream:
                 else [self._publish_one(m, now, accepted) for m in group]
                 for group in groups
             ]
-            self._append(accepted, now)
+            try:
+                self._append(accepted, now)
+            except OSError as exc:
+                self.failure = f"write-ahead log write failed: {exc}"
+                raise errors.UnavailableError(f"stream {self.name} is offline: {self.failure}") from exc
             if self.config.storage == "memory":
                 self.store.forget_below(self.index.first_seq)  # type: ignore[attr-defined]
             return results
+
+    def _check_writable(self) -> None:
+        if self.deleted:
+            raise errors.StreamNotFoundError()
+        if self.failure is not None:
+            raise errors.UnavailableError(f"stream {self.name} is offline: {self.failure}")
 
     def _plain_path_allowed(self) -> bool:
         """Whether messages without headers can skip the per-message checks: only size can refuse them."""
@@ -219,6 +232,9 @@ class Stream:
                 return PubAck(c.name, seen[0], duplicate=True)
         if h:
             self._check_expectations(msg.subject, h)
+        if h and hdr.TTL in h:
+            _check_ttl(hdr.first(h, hdr.TTL) or "")
+            raise errors.ttl_disabled()
         rollup = self._rollup(h) if h else None
         headers_size = hdr.wire_size(h)
         if headers_size > hdr.MAX_HEADERS_SIZE:
@@ -495,6 +511,39 @@ def _parse_seq(value: str, header: str) -> int:
     if seq < 0:
         raise errors.bad_request(f"invalid {header} header: {value!r}")
     return seq
+
+
+def _check_ttl(value: str) -> None:
+    """`Nats-TTL`: seconds, a duration like `5s`/`1h`, or `never`; at least one second (ADR-43)."""
+    text = value.strip()
+    if text == "never":
+        return
+    units = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
+    try:
+        seconds = float(text) if text.replace(".", "", 1).isdigit() else _go_duration(text, units)
+    except ValueError:
+        raise errors.ttl_invalid() from None
+    if seconds < 1:
+        raise errors.ttl_invalid()
+
+
+def _go_duration(text: str, units: dict[str, float]) -> float:
+    total, number = 0.0, ""
+    i = 0
+    while i < len(text):
+        if text[i].isdigit() or text[i] == ".":
+            number += text[i]
+            i += 1
+            continue
+        unit = next((u for u in ("ns", "us", "ms", "s", "m", "h") if text.startswith(u, i)), None)
+        if unit is None or not number:
+            raise ValueError(text)
+        total += float(number) * units[unit]
+        number = ""
+        i += len(unit)
+    if number or not text:
+        raise ValueError(text)
+    return total
 
 
 def _check_filter(subject: str) -> None:

@@ -125,6 +125,10 @@ class DeltaStore:
         return f"{self.stream_id}/seq"
 
     def create(self) -> None:
+        """A new stream: its table and the tombstones table exist; nothing of an earlier namesake remains
+        (a delete interrupted by a crash can leave its table or log behind)."""
+        shutil.rmtree(self.wal.directory, ignore_errors=True)
+        shutil.rmtree(self.table_path, ignore_errors=True)
         ensure_table(self.table_path, STREAM_SCHEMA, [PARTITION_COLUMN], STREAM_TABLE_PROPERTIES)
         ensure_table(self.layout.tombstones_table, TOMBSTONE_SCHEMA, None, TOMBSTONE_TABLE_PROPERTIES)
 
