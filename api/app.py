@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from api import errors
-from api.routes import publish, streams, system
+from api.routes import consumers, publish, streams, system
+from api.waiters import Waiters
 from engine import JetStream
 
 DEFAULT_MAX_BODY = 64 * 1024 * 1024
@@ -16,7 +19,17 @@ DEFAULT_MAX_BODY = 64 * 1024 * 1024
 
 def create_app(engine: JetStream, max_body: int = DEFAULT_MAX_BODY) -> FastAPI:
     """The gateway over an opened engine. The caller owns the engine's lifecycle."""
-    app = FastAPI(title="JetLake", version="1", docs_url="/docs", redoc_url=None)
+    waiters = Waiters()
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        waiters.bind(asyncio.get_running_loop())
+        engine.notify = waiters.wake_threadsafe
+        yield
+        engine.notify = None
+
+    app = FastAPI(title="JetLake", version="1", docs_url="/docs", redoc_url=None, lifespan=lifespan)
+    app.state.waiters = waiters
     app.state.engine = engine
     app.state.max_body = max_body
     app.state.api_total = 0
@@ -32,4 +45,5 @@ def create_app(engine: JetStream, max_body: int = DEFAULT_MAX_BODY) -> FastAPI:
     app.include_router(system.router)
     app.include_router(streams.router)
     app.include_router(publish.router)
+    app.include_router(consumers.router)
     return app

@@ -20,6 +20,16 @@ What it measures (1 KiB payloads everywhere):
 The machine may have only 2 cores and the gateway is one Python process, so the load generators are
 cheap: separate processes, raw-socket HTTP/1.1 keep-alive with prebuilt request bytes, asyncio
 streams for the 32 concurrent clients. Every process started here is stopped by its PID.
+
+Reading the output: `<phase>_msgs_s`, `<phase>_p50_ms`/`_p99_ms`/`_max_ms` (per-request latency
+from the client), `<phase>_n` (messages measured; warm-up excluded), `<phase>_errors`,
+`<phase>_server_cpu_s` / `<phase>_client_cpu_s` (CPU seconds the server process and the load
+generators used while the phase ran: tells whether the clients or the server were the bottleneck),
+`<phase>_truncated` (the phase hit its time cap, so `_n` is below the planned count; the rate is
+still valid). Each measured phase is capped in time (see Sizes) so a slow mode stays bounded.
+`commits_per_s` = Delta commits of the stream table during the load / load duration;
+`data_files` = data Parquet files in the table folder once the last flush landed.
+Exit status 1 if a system could not be measured (its section then has an "error").
 """
 
 from __future__ import annotations
@@ -49,7 +59,9 @@ STREAM = "BENCH"
 PAYLOAD_SIZE = 1024
 # Distinct random payloads, so that Parquet's dictionary encoding and compression cannot make a
 # table of identical messages unrealistically small and cheap to write.
-POOL_SIZE = 4096
+POOL_SIZE = 32768  # 32 MiB of random bytes, made once (forked workers share it)
+A_DISTINCT = 8192  # raw requests prebuilt for (a) and cycled
+B_BODIES = 8  # batch bodies prebuilt per (b) client and cycled: 8,000 distinct payloads per client
 _POOL_BYTES = random.Random(1234).randbytes(PAYLOAD_SIZE * POOL_SIZE)
 POOL = [_POOL_BYTES[i * PAYLOAD_SIZE:(i + 1) * PAYLOAD_SIZE] for i in range(POOL_SIZE)]
 N_SUBJECTS = 4  # bench.0 .. bench.3
@@ -373,10 +385,11 @@ def merge(results: list[dict]) -> dict:
 
 def http_single_worker(port, subject, n, warm, cap_s, *, ready, go):
     """(a): one keep-alive connection, one raw publish at a time."""
-    reqs = [build_request("POST", f"/v1/publish/{subject}", port, pl, "application/octet-stream") for pl in POOL]
+    reqs = [build_request("POST", f"/v1/publish/{subject}", port, pl, "application/octet-stream")
+            for pl in POOL[:A_DISTINCT]]
     c = RawHTTP(port)
     for k in range(warm):
-        st, body = c.request(reqs[k % POOL_SIZE])
+        st, body = c.request(reqs[k % A_DISTINCT])
         if st != 200:
             raise RuntimeError(f"warm-up publish answered {st}: {body[:300]!r}")
     ready()
@@ -390,7 +403,7 @@ def http_single_worker(port, subject, n, warm, cap_s, *, ready, go):
     stop_at = t0 + int(cap_s * 1e9)
     truncated = False
     for i in range(n):
-        req = reqs[i % POOL_SIZE]
+        req = reqs[i % A_DISTINCT]
         s = pc()
         st, body = c.request(req)
         e = pc()
@@ -415,9 +428,11 @@ def build_batch_body(subject: str, count: int, first: int = 0) -> bytes:
 
 
 def http_batch_worker(port, subject, batches, batch, warm_msgs, cap_s, first, *, ready, go):
-    """(b): batches of `batch` messages, one request at a time on one keep-alive connection. The body
-    is built once (distinct payloads inside it) and re-sent: the sequences differ anyway."""
-    req = build_request("POST", "/v1/publish", port, build_batch_body(subject, batch, first), "application/json")
+    """(b): batches of `batch` messages, one request at a time on one keep-alive connection. The bodies
+    are built beforehand (B_BODIES of them, distinct payloads) and re-sent in turn: the sequences
+    differ anyway, and the payloads vary enough that Parquet cannot shrink a commit by deduplicating."""
+    reqs = [build_request("POST", "/v1/publish", port, build_batch_body(subject, batch, first + j * batch),
+                          "application/json") for j in range(B_BODIES)]
     c = RawHTTP(port)
     if warm_msgs:
         st, body = c.request(
@@ -437,7 +452,7 @@ def http_batch_worker(port, subject, batches, batch, warm_msgs, cap_s, first, *,
     truncated = False
     n = 0
     for i in range(batches):
-        st, body = c.request(req)
+        st, body = c.request(reqs[i % B_BODIES])
         n += batch
         if st != 200:
             errors += batch
@@ -558,7 +573,7 @@ def nats_single_worker(url, subject, n, warm, cap_s, *, ready, go):
         c0 = time.process_time()
         stop_at = t0 + int(cap_s * 1e9)
         for i in range(n):
-            payload = POOL[i % POOL_SIZE]
+            payload = POOL[i % A_DISTINCT]
             s = pc()
             try:
                 ack = await js.publish(subject, payload)
@@ -604,7 +619,8 @@ def nats_pipelined_worker(url, subject, windows, window, warm, cap_s, first, *, 
         c0 = time.process_time()
         stop_at = t0 + int(cap_s * 1e9)
         for w in range(windows):
-            futs = [await js.publish_async(subject, POOL[(first + k) % POOL_SIZE]) for k in range(window)]
+            base = first + (w % B_BODIES) * window
+            futs = [await js.publish_async(subject, POOL[(base + k) % POOL_SIZE]) for k in range(window)]
             acks = await asyncio.gather(*futs, return_exceptions=True)
             n += window
             for a in acks:
@@ -795,7 +811,8 @@ def bench_jetlake(args, sizes: Sizes, sync_always: bool, workdir: Path) -> dict:
         log(f"jetlake (b): {sizes.b_clients} clients x {per_client} batches of {sizes.b_batch}")
         res = run_workers(
             http_batch_worker,
-            [(port, f"bench.{i % N_SUBJECTS}", per_client, sizes.b_batch, sizes.b_warm, sizes.cap_b, i * sizes.b_batch)
+            [(port, f"bench.{i % N_SUBJECTS}", per_client, sizes.b_batch, sizes.b_warm, sizes.cap_b,
+              A_DISTINCT + i * B_BODIES * sizes.b_batch)
              for i in range(sizes.b_clients)],
             ready_timeout=120, run_timeout=sizes.cap_b + 180, server_pid=p.pid)
         m = merge(res)
@@ -951,7 +968,8 @@ def bench_nats(args, sizes: Sizes, sync_always: bool, workdir: Path) -> dict:
         log(f"nats (b): {sizes.b_clients} clients x {per_client} windows of {window} js.publish_async")
         res = run_workers(
             nats_pipelined_worker,
-            [(url, f"bench.{i % N_SUBJECTS}", per_client, window, sizes.b_warm, sizes.cap_b, i * window)
+            [(url, f"bench.{i % N_SUBJECTS}", per_client, window, sizes.b_warm, sizes.cap_b,
+              A_DISTINCT + i * B_BODIES * window)
              for i in range(sizes.b_clients)],
             ready_timeout=120, run_timeout=sizes.cap_b + 180, server_pid=p.pid)
         m = merge(res)

@@ -270,19 +270,29 @@ class MessageIndex:
     def subjects_state(self, filter_: str) -> dict[str, int]:
         return {self.subjects[sid]: self._per_subject[sid][0] for sid in self.matching_subject_ids(filter_)}
 
-    def live_seqs(self, filter_: str | None = None, start: int = 0, stop: int | None = None) -> np.ndarray:
-        """Sorted live sequences in [start, stop) whose subject matches `filter_` (all when None)."""
+    def live_seqs(
+        self, filter_: str | list[str] | None = None, start: int = 0, stop: int | None = None
+    ) -> np.ndarray:
+        """Sorted live sequences in [start, stop) whose subject matches `filter_` (one or several; all when None)."""
+        mask, lo = self._live_mask_range(filter_, start, stop)
+        return np.flatnonzero(mask).astype(np.int64) + lo + self.base
+
+    def count_live(self, filter_: str | list[str] | None = None, start: int = 0) -> int:
+        mask, _ = self._live_mask_range(filter_, start, None)
+        return int(np.count_nonzero(mask))
+
+    def _live_mask_range(self, filter_: str | list[str] | None, start: int, stop: int | None) -> tuple[np.ndarray, int]:
         lo = max(start, self.first_seq, self.base) - self.base
         hi = self._n if stop is None else min(stop - self.base, self._n)
         if hi <= lo or self.msgs == 0:
-            return np.zeros(0, np.int64)
-        mask = self._live[lo:hi].copy()
-        if filter_ is not None and filter_ != ">":
-            sids = self.matching_subject_ids(filter_)
-            if not sids:
-                return np.zeros(0, np.int64)
-            mask &= np.isin(self._sid[lo:hi], np.array(sids, np.int32))
-        return np.flatnonzero(mask).astype(np.int64) + lo + self.base
+            return np.zeros(0, np.bool_), 0
+        filters = [filter_] if isinstance(filter_, str) else (filter_ or [])
+        if not filters or ">" in filters:
+            return self._live[lo:hi], lo
+        sids = sorted({sid for f in filters for sid in self.matching_subject_ids(f)})
+        if not sids:
+            return np.zeros(0, np.bool_), 0
+        return self._live[lo:hi] & np.isin(self._sid[lo:hi], np.array(sids, np.int32)), lo
 
     def last_seq_for(self, filter_: str) -> int:
         sids = self.matching_subject_ids(filter_)

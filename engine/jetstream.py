@@ -12,10 +12,10 @@ stream parts of server/jetstream_api.go.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,12 +23,16 @@ from typing import Any
 import orjson
 
 from engine import errors
+from engine.errors import JetStreamError
 from engine.clock import Clock, SystemClock
+from engine.consumer import Delivery
+from engine.consumers import Consumers
 from engine.config import StreamConfig, check_stream_config, check_stream_update, parse_stream_config, same_config
 from engine.info import rfc3339, state_json
 from engine.pipeline import GroupCommit
 from engine.store.base import StoredMessage, StreamStore
 from engine.store.delta import DEFAULT_CACHE_BYTES, DeltaStore
+from engine.store.files import atomic_write
 from engine.store.layout import Layout
 from engine.store.lease import OwnerLock
 from engine.store.memory import MemoryStore
@@ -87,6 +91,8 @@ class JetStream:
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
         self.flush_stats = FlushStats()
+        self.consumers = Consumers(self.layout, self.clock, self.options.sync_always)
+        self.notify: Callable[[str], None] | None = None
         self.opened = False
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -97,6 +103,8 @@ class JetStream:
             self.layout.stream_configs.mkdir(parents=True, exist_ok=True)
             for path in sorted(self.layout.stream_configs.glob("*.json")):
                 self._load_stream(path)
+            self.consumers.open({name: e.stream for name, e in self._streams.items()})
+            self.consumers.notify = self._notify
         except BaseException:
             self._owner.release()
             raise
@@ -195,6 +203,7 @@ class JetStream:
                 raise errors.StreamNotFoundError()
             with entry.stream.lock:
                 entry.stream.deleted = True
+                self.consumers.drop_stream(entry.stream)
                 del self._streams[name]
                 self._by_subject.clear()
                 (self.layout.stream_configs / f"{name}.json").unlink(missing_ok=True)
@@ -245,7 +254,7 @@ class JetStream:
 
     def _write_config(self, stream: Stream) -> None:
         record = {"config": stream.config.to_json(), "created": stream.created_ns, "stream_id": stream.stream_id}
-        _atomic_write(self.layout.stream_configs / f"{stream.name}.json", orjson.dumps(record))
+        atomic_write(self.layout.stream_configs / f"{stream.name}.json", orjson.dumps(record))
 
     def _info(self, stream: Stream, subjects_filter: str | None = None) -> dict[str, Any]:
         return {
@@ -307,7 +316,12 @@ class JetStream:
             self._maybe_wake_flusher(entry)
         return [r for r in results if r is not None]
 
+    def _notify(self, stream_name: str) -> None:
+        if self.notify is not None:
+            self.notify(stream_name)
+
     def _maybe_wake_flusher(self, entry: _Entry) -> None:
+        self._notify(entry.stream.name)
         if entry.stream.store.pending_bytes() >= self.options.flush_bytes:
             self._flush_wake.set()
 
@@ -324,6 +338,29 @@ class JetStream:
 
     def purge(self, name: str, filter_: str | None = None, seq: int = 0, keep: int = 0) -> int:
         return self._stream(name).purge(filter_, seq, keep)
+
+    # -- consumers ----------------------------------------------------------------------------
+
+    def add_consumer(self, stream: str, body: dict[str, Any], name: str | None = None) -> tuple[dict[str, Any], bool]:
+        return self.consumers.add(self._stream(stream), body, name)
+
+    def update_consumer(self, stream: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.consumers.update(self._stream(stream), name, body)
+
+    def delete_consumer(self, stream: str, name: str) -> None:
+        self.consumers.delete(self._stream(stream), name)
+
+    def consumer_info(self, stream: str, name: str) -> dict[str, Any]:
+        return self.consumers.info(self._stream(stream), name)
+
+    def list_consumers(self, stream: str, offset: int = 0, limit: int = 256) -> dict[str, Any]:
+        return self.consumers.list(self._stream(stream), offset, limit)
+
+    def fetch(self, stream: str, consumer: str, batch: int, max_bytes: int = 0) -> list[Delivery]:
+        return self.consumers.fetch(self._stream(stream), consumer, batch, max_bytes)
+
+    def ack(self, stream: str, consumer: str, acks: list[tuple[str | int, str, int]]) -> list[JetStreamError | None]:
+        return self.consumers.ack(self._stream(stream), consumer, acks)
 
     # -- the flusher --------------------------------------------------------------------------
 
@@ -365,6 +402,13 @@ class JetStream:
                     store.finish(job)
                 commits += 1
                 self.flush_stats.messages += job.messages.num_rows if job.messages is not None else 0
+            self.consumers.tick(self.streams())
+            try:
+                commits += self.consumers.flush()
+            except Exception as exc:
+                self.flush_stats.failures += 1
+                self.flush_stats.last_error = f"acks: {exc}"
+                log.exception("flushing the ack table failed; its log is kept and retried")
             self.flush_stats.flushes += 1
             self.flush_stats.commits += commits
             self.flush_stats.seconds += time.monotonic() - started
@@ -396,18 +440,3 @@ class JetStream:
                 "max_bytes_required": False,
             },
         }
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from engine.store.arrow import build_batch
 from engine.store.base import Removal, StoredMessage, StreamStore
 from engine.store.layout import partition_value
 from engine.subjects import FWC, is_valid_subject
+
+if TYPE_CHECKING:
+    from engine.consumer import Consumer
 
 DEFAULT_MAX_PAYLOAD = 1024 * 1024
 STORE_OVERHEAD = 16
@@ -102,13 +105,17 @@ class Stream:
         self._msg_ids: dict[str, tuple[int, int]] = {}
         self._msg_id_order: deque[tuple[int, str]] = deque()
         self.last_msg_id: str | None = None
-        self.consumer_count = 0
+        self.consumers: dict[str, Consumer] = {}
         self.deleted = False
         self.failure: str | None = None
 
     @property
     def name(self) -> str:
         return self.config.name
+
+    @property
+    def consumer_count(self) -> int:
+        return len(self.consumers)
 
     # -- recovery -----------------------------------------------------------------------------
 
@@ -164,7 +171,7 @@ class Stream:
     def _plain_path_allowed(self) -> bool:
         """Whether messages without headers can skip the per-message checks: only size can refuse them."""
         c = self.config
-        return not c.sealed and (c.discard == "old" or (c.max_msgs < 0 and c.max_bytes < 0 and not c.discard_new_per_subject))
+        return not c.sealed and c.retention != "interest" and (c.discard == "old" or (c.max_msgs < 0 and c.max_bytes < 0 and not c.discard_new_per_subject))
 
     def _store_plain(self, group: list[InboundMessage], now: int, acc: _Accepted) -> list[PublishResult]:
         """Messages without headers, stored as one run: the same outcome as one by one, in bulk."""
@@ -264,6 +271,8 @@ class Stream:
         elif rollup == hdr.ROLLUP_ALL:
             acc.remove("rollup", self._remove(self.index.live_seqs(stop=seq)))
         self._enforce_limits(msg.subject, acc)
+        if c.retention == "interest" and not any(x.matches(msg.subject) for x in self.consumers.values()):
+            acc.remove("interest", self._remove(np.array([seq], np.int64)))
         return PubAck(c.name, seq)
 
     def _check_expectations(self, subject: str, h: dict[str, list[str]]) -> None:
@@ -395,6 +404,20 @@ class Stream:
     def tick(self) -> None:
         with self.lock:
             self._expire(self.clock.now_ns())
+
+    def expire_now(self) -> None:
+        """`max_age` before a read (the caller holds the lock)."""
+        self._expire(self.clock.now_ns())
+
+    def remove_seqs(self, seqs: np.ndarray, reason: str) -> int:
+        """Removes live messages for a retention policy (interest, workqueue); recorded as tombstones."""
+        with self.lock:
+            seqs = seqs[self.index.live_mask(seqs)] if len(seqs) else seqs
+            if not len(seqs):
+                return 0
+            self._remove(seqs)
+            self._record_removals({reason: seqs.tolist()}, self.clock.now_ns())
+            return len(seqs)
 
     def get(self, seq: int) -> StoredMessage:
         with self.lock:

@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 KIND_MSGS = 1
 KIND_REMOVE = 2
 DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
+READ_AHEAD = 4096
+READ_WINDOWS = 4
 
 
 def ensure_table(path: Path, schema: pa.Schema, partition_by: list[str] | None, properties: dict[str, str]) -> None:
@@ -114,6 +116,7 @@ class DeltaStore:
         self._unflushed_bytes = 0
         self._files = _FileMap()
         self._files_lock = threading.Lock()
+        self._windows: list[tuple[int, int, pa.Table, np.ndarray]] = []
         self.commits = 0
 
     @property
@@ -228,6 +231,7 @@ class DeltaStore:
         """After a commit: the sealed segments go, the buffered messages become a cache."""
         self.wal.remove(job.segments)
         self.buffer.mark_flushed(job.buffered_upto)
+        self._stale = True
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -243,6 +247,57 @@ class DeltaStore:
             if msg is not None:
                 return msg
         return None
+
+    def load_many(self, seqs: list[int], index: MessageIndex) -> dict[int, StoredMessage]:
+        """Live messages among `seqs` (ascending). Misses read the table a window ahead, for consumers."""
+        found: dict[int, StoredMessage] = {}
+        misses: list[int] = []
+        for seq in seqs:
+            if not index.is_live(seq):
+                continue
+            msg = self.buffer.get(seq) or self._window_get(seq)
+            if msg is None:
+                misses.append(seq)
+            else:
+                found[seq] = msg
+        if misses:
+            self._read_window(misses[0], max(misses[-1], misses[0] + READ_AHEAD), index)
+            for seq in misses:
+                msg = self._window_get(seq) or self.load(seq, index)
+                if msg is not None:
+                    found[seq] = msg
+        return found
+
+    def _window_get(self, seq: int) -> StoredMessage | None:
+        for lo, hi, table, seq_col in self._windows:
+            if lo <= seq <= hi:
+                i = int(np.searchsorted(seq_col, seq))
+                if i < len(seq_col) and seq_col[i] == seq:
+                    return message_at(table, i)
+        return None
+
+    def _read_window(self, lo: int, hi: int, index: MessageIndex) -> None:
+        """Reads the flushed messages with sequences in [lo, hi] of the partitions live there."""
+        seqs = index.live_seqs(start=lo, stop=hi + 1)
+        partitions = {partition_value(index.subject_of(int(s)), self.partition_tokens) for s in seqs}
+        files = self._file_map(refresh=False)
+        mask = (files.min_seq <= hi) & (files.max_seq >= lo) & np.isin(files.partitions, list(partitions))
+        tables = []
+        for i in np.flatnonzero(mask):
+            path = self.table_path / unquote(files.paths[i])
+            try:
+                tables.append(
+                    pq.read_table(path, filters=[("seq", ">=", lo), ("seq", "<=", hi)], schema=STREAM_SCHEMA.remove(7))
+                )
+            except FileNotFoundError:
+                self.mark_table_changed()
+                return
+        if not tables:
+            return
+        table = pa.concat_tables(tables).sort_by("seq")
+        self._windows.append((lo, hi, table, table.column("seq").to_numpy()))
+        while len(self._windows) > READ_WINDOWS:
+            self._windows.pop(0)
 
     def _read_from_table(self, seq: int, partition: str, refresh: bool) -> StoredMessage | None:
         files = self._file_map(refresh)
@@ -277,6 +332,7 @@ class DeltaStore:
     def mark_table_changed(self) -> None:
         with self._files_lock:
             self._stale = True
+            self._windows = []
 
     # -- recovery -----------------------------------------------------------------------------
 

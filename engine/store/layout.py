@@ -49,6 +49,28 @@ TOMBSTONE_SCHEMA = pa.schema(
     ]
 )
 
+ACK_SCHEMA = pa.schema(
+    [
+        pa.field("event_seq", pa.int64(), nullable=False),
+        pa.field("stream", pa.string(), nullable=False),
+        pa.field("consumer", pa.string(), nullable=False),
+        pa.field("consumer_id", pa.string(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),
+        pa.field("stream_seq", pa.int64(), nullable=False),
+        pa.field("consumer_seq", pa.int64(), nullable=False),
+        pa.field("delivery_count", pa.int32(), nullable=False),
+        pa.field("ts", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("delay", pa.int64(), nullable=False),
+        pa.field("delivered_stream_seq", pa.int64()),
+        pa.field("ack_floor_stream_seq", pa.int64()),
+        pa.field("state", pa.string()),
+    ]
+)
+ACK_TABLE_PROPERTIES = {
+    "delta.dataSkippingStatsColumns": "event_seq,ts",
+    "delta.checkpointInterval": str(CHECKPOINT_INTERVAL),
+}
+
 STREAM_TABLE_PROPERTIES = {
     "delta.dataSkippingStatsColumns": "seq,ts",
     "delta.checkpointInterval": str(CHECKPOINT_INTERVAL),
@@ -97,6 +119,19 @@ class Layout:
     @property
     def tombstones_table(self) -> Path:
         return self.root / "_system" / "tombstones"
+
+    @property
+    def acks_table(self) -> Path:
+        return self.root / "_system" / "acks"
+
+    @property
+    def consumer_configs(self) -> Path:
+        return self.root / "_system" / "consumers"
+
+    @property
+    def acks_wal(self) -> Path:
+        # A `.` cannot appear in a stream name, so this folder never collides with a stream's log.
+        return self.root / "_wal" / ".acks"
 
     @property
     def leases(self) -> Path:

@@ -92,6 +92,14 @@ class MemoryStore:
             return None
         return self.buffer.get(seq)
 
+    def load_many(self, seqs: list[int], index: MessageIndex) -> dict[int, StoredMessage]:
+        found = {}
+        for seq in seqs:
+            msg = self.load(seq, index)
+            if msg is not None:
+                found[seq] = msg
+        return found
+
     def forget_below(self, first_seq: int) -> None:
         self.buffer.flushed_upto = first_seq - 1
         self.buffer.drop_below(first_seq)

@@ -1,12 +1,13 @@
 """Bad input through a real gateway: each class gets a 4xx ApiError, nothing changes, the gateway keeps serving.
 
-One gateway (a real `jetlake serve` on loopback) serves the whole module. A stream `BAD` capturing
-`orders.>` holds two messages; every refused request must leave the stream list, every stream's config
-and state, and `/healthz` exactly as they were.
+One gateway (a real `jetlake serve` on loopback) serves the module. A stream `BAD` capturing `orders.>`
+holds two messages; every refused request must leave the stream list, every stream's config and state,
+and `/healthz` exactly as they were. Expected err_codes are nats-server's (checked against 2.15.1).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,17 +22,8 @@ from tests.gateway import Gateway
 
 LONG = "a" * 1000
 MIB = 1024 * 1024
-
-INVALID_CONFIG = 10052
-NAME_IN_USE = 10058
-NOT_FOUND = 10059
-INVALID_JSON = 10025
-BAD_REQUEST = 10003
-OVERLAP = 10065
-TOO_LARGE = 10054
-PATH_SEPARATORS = 10128
-NO_MESSAGE = 10037
-REPLICAS_NEGATIVE = 10133
+BAD_REQUEST, INVALID_JSON, NO_MESSAGE, INVALID_CONFIG, TOO_LARGE = 10003, 10025, 10037, 10052, 10054
+NAME_IN_USE, NOT_FOUND, OVERLAP, PATH_SEPARATORS, REPLICAS_NEGATIVE = 10058, 10059, 10065, 10128, 10133
 
 
 def _start(tmp_path_factory: pytest.TempPathFactory, *args: str) -> Gateway:
@@ -41,34 +33,28 @@ def _start(tmp_path_factory: pytest.TempPathFactory, *args: str) -> Gateway:
 
 
 @pytest.fixture(scope="module")
-def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+def c(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     gateway = _start(tmp_path_factory)
     try:
-        yield gateway
+        with gateway.client() as client:
+            assert client.post("/v1/streams", json={"name": "BAD", "subjects": ["orders.>"]}).status_code == 201
+            for i in range(2):
+                assert client.post(f"/v1/publish/orders.o{i}", content=b"payload").status_code == 200
+            yield client
     finally:
         gateway.stop()
-
-
-@pytest.fixture(scope="module")
-def c(gw: Gateway) -> Iterator[httpx.Client]:
-    with gw.client() as client:
-        created = client.post("/v1/streams", json={"name": "BAD", "subjects": ["orders.>"]})
-        assert created.status_code == 201, created.text
-        for i in range(2):
-            assert client.post(f"/v1/publish/orders.o{i}", content=b"payload").status_code == 200
-        yield client
 
 
 def snapshot(c: httpx.Client) -> dict[str, Any]:
     """Everything a refused request must not change: the stream list, each config and state."""
     listing = c.get("/v1/streams")
     assert listing.status_code == 200
-    body = listing.json()
-    streams = {}
-    for info in body["streams"]:
-        state = {k: info["state"][k] for k in ("messages", "bytes", "first_seq", "last_seq", "num_subjects", "num_deleted")}
-        streams[info["config"]["name"]] = {"config": info["config"], "state": state, "created": info["created"]}
-    return {"total": body["total"], "streams": streams}
+    keys = ("messages", "bytes", "first_seq", "last_seq", "num_subjects", "num_deleted")
+    streams = {
+        info["config"]["name"]: (info["config"], info["created"], {k: info["state"][k] for k in keys})
+        for info in listing.json()["streams"]
+    }
+    return {"total": listing.json()["total"], "streams": streams}
 
 
 @contextmanager
@@ -96,60 +82,58 @@ def assert_api_error(resp: httpx.Response, status: int | None = None, err_code: 
 
 def assert_ack_error(ack: dict[str, Any], err_code: int) -> None:
     """A per-message error of the batch route: `{"error": {code, err_code, description}}`."""
-    assert set(ack) == {"error"}, ack
-    assert set(ack["error"]) == {"code", "err_code", "description"}
+    assert set(ack) == {"error"} and set(ack["error"]) == {"code", "err_code", "description"}, ack
     assert 400 <= ack["error"]["code"] < 500 and ack["error"]["err_code"] == err_code, ack
+
+
+def ids(values: list[Any]) -> list[str]:
+    return [repr(v)[:24] for v in values]
 
 
 # -- stream names ------------------------------------------------------------------------------
 
 BAD_NAMES = [
-    ("a.b", INVALID_CONFIG),
-    ("a*", INVALID_CONFIG),
-    ("a>", INVALID_CONFIG),
-    ("a/b", PATH_SEPARATORS),
-    ("a\\b", PATH_SEPARATORS),
-    ("a b", INVALID_CONFIG),
-    ("a\tb", INVALID_CONFIG),
-    ("a\nb", INVALID_CONFIG),
-    ("a\x01b", INVALID_CONFIG),
-    ("a\x00b", INVALID_CONFIG),
-    ("a\x7fb", INVALID_CONFIG),
-    ("N" * 1000, INVALID_CONFIG),
-    ("N" * 256, INVALID_CONFIG),
-    ("", INVALID_CONFIG),
+    ("a.b", INVALID_CONFIG), ("a*", INVALID_CONFIG), ("a>", INVALID_CONFIG), ("a/b", PATH_SEPARATORS),
+    ("a\\b", PATH_SEPARATORS), ("a b", INVALID_CONFIG), ("a\tb", INVALID_CONFIG), ("a\nb", INVALID_CONFIG),
+    ("a\x01b", INVALID_CONFIG), ("a\x00b", INVALID_CONFIG), ("a\x7fb", INVALID_CONFIG), ("N" * 1000, INVALID_CONFIG),
+    ("N" * 256, INVALID_CONFIG), ("", INVALID_CONFIG), (None, INVALID_CONFIG),
 ]
 
 
-@pytest.mark.parametrize(("name", "err_code"), BAD_NAMES, ids=[repr(n[:12]) for n, _ in BAD_NAMES])
-def test_create_with_bad_name(c: httpx.Client, name: str, err_code: int) -> None:
+@pytest.mark.parametrize(("name", "err_code"), BAD_NAMES, ids=ids([n for n, _ in BAD_NAMES]))
+def test_create_with_bad_name(c: httpx.Client, name: str | None, err_code: int) -> None:
+    body = {"subjects": ["fresh.one"]} if name is None else {"name": name, "subjects": ["fresh.one"]}
     with nothing_changes(c):
-        assert_api_error(c.post("/v1/streams", json={"name": name, "subjects": ["fresh.one"]}), 400, err_code)
+        assert_api_error(c.post("/v1/streams", json=body), 400, err_code)
 
 
-def test_create_without_a_name(c: httpx.Client) -> None:
+@pytest.mark.xfail(
+    reason="the name length is checked in characters, not bytes as nats-server does (255): 200 x 'é' is 400 bytes; "
+    "the table directory name is then too long for the file system and the answer is 500 internal error: OSError",
+    strict=True,
+)
+def test_create_with_name_over_255_bytes(c: httpx.Client) -> None:
     with nothing_changes(c):
-        assert_api_error(c.post("/v1/streams", json={"subjects": ["fresh.one"]}), 400, INVALID_CONFIG)
+        resp = c.post("/v1/streams", json={"name": "é" * 200, "subjects": ["fresh.one"]})
+        assert_api_error(resp, 400, INVALID_CONFIG)
 
 
-def test_update_through_a_path_with_separators(c: httpx.Client) -> None:
+def test_update_through_bad_paths(c: httpx.Client) -> None:
     with nothing_changes(c):
         assert_api_error(c.put("/v1/streams/a%5Cb", json={"name": "a\\b"}), 400, PATH_SEPARATORS)
         assert_api_error(c.put("/v1/streams/a%2Fb", json={"name": "a/b"}))
         assert_api_error(c.get("/v1/streams/a%2Fb"))
-
-
-def test_update_with_a_different_name_in_the_body(c: httpx.Client) -> None:
-    with nothing_changes(c):
         assert_api_error(c.put("/v1/streams/BAD", json={"name": "OTHER", "subjects": ["orders.>"]}), 400, 10056)
 
 
 # -- subjects in stream configs ----------------------------------------------------------------
 
-BAD_SUBJECTS = ["a..b", ".a", "a.", "a b", "a\tb", "a.>.b", "a*b", "a>", ">.a", "a." + LONG, "a\x01b", "a\x00", "a\nb", ""]
+BAD_SUBJECTS = [
+    "a..b", ".a", "a.", "a b", "a\tb", "a.>.b", "a*b", "a>", ">.a", "a." + LONG, "a\x01b", "a\x00", "a\nb", "",
+]
 
 
-@pytest.mark.parametrize("subject", BAD_SUBJECTS, ids=[repr(s[:12]) for s in BAD_SUBJECTS])
+@pytest.mark.parametrize("subject", BAD_SUBJECTS, ids=ids(BAD_SUBJECTS))
 def test_create_with_bad_subject(c: httpx.Client, subject: str) -> None:
     with nothing_changes(c):
         body = {"name": "FRESH", "subjects": ["fresh.ok", subject]}
@@ -162,18 +146,17 @@ def test_update_with_bad_subject(c: httpx.Client, subject: str) -> None:
         assert_api_error(c.put("/v1/streams/BAD", json={"name": "BAD", "subjects": [subject]}), 400, INVALID_CONFIG)
 
 
-@pytest.mark.parametrize("subjects", [["orders.x"], ["orders.*"], [">"], ["orders.*.x"], ["orders.>"]])
-def test_create_overlapping_another_stream(c: httpx.Client, subjects: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("subjects", "err_code"),
+    [
+        (["orders.x"], OVERLAP), (["orders.*"], OVERLAP), (["orders.*.x"], OVERLAP), (["orders.>"], OVERLAP),
+        ([">"], INVALID_CONFIG),  # `>` needs no_ack: refused by the config check before the overlap check
+        (["x.a", "x.a"], INVALID_CONFIG), (["x.*", "x.b"], INVALID_CONFIG), (["x.>", "x.b.c"], INVALID_CONFIG),
+    ],
+)
+def test_create_with_overlapping_subjects(c: httpx.Client, subjects: list[str], err_code: int) -> None:
     with nothing_changes(c):
-        error = assert_api_error(c.post("/v1/streams", json={"name": "FRESH", "subjects": subjects}), 400)
-        # `>` alone is refused by the config check (it needs no_ack) before the overlap check.
-        assert error["err_code"] == (INVALID_CONFIG if subjects == [">"] else OVERLAP)
-
-
-@pytest.mark.parametrize("subjects", [["x.a", "x.a"], ["x.*", "x.b"], ["x.>", "x.b.c"]])
-def test_create_with_subjects_overlapping_each_other(c: httpx.Client, subjects: list[str]) -> None:
-    with nothing_changes(c):
-        assert_api_error(c.post("/v1/streams", json={"name": "FRESH", "subjects": subjects}), 400, INVALID_CONFIG)
+        assert_api_error(c.post("/v1/streams", json={"name": "FRESH", "subjects": subjects}), 400, err_code)
 
 
 def test_create_same_name_with_another_config(c: httpx.Client) -> None:
@@ -187,13 +170,13 @@ BAD_PUBLISH_SUBJECTS = [
     "orders.*", "orders.>", "orders.*.x", "orders..x", "orders.", ".orders", "orders.a b", "orders.a\tb",
     "orders.a\x01b", "orders.a\x7f", "orders.a\rb", "orders." + LONG,
 ]
-_pub_ids = [repr(s[:14]) for s in BAD_PUBLISH_SUBJECTS]
 
 
-@pytest.mark.parametrize("subject", BAD_PUBLISH_SUBJECTS, ids=_pub_ids)
+@pytest.mark.parametrize("subject", BAD_PUBLISH_SUBJECTS, ids=ids(BAD_PUBLISH_SUBJECTS))
 def test_raw_publish_to_bad_subject(c: httpx.Client, subject: str) -> None:
     with nothing_changes(c):
-        assert_api_error(c.post(f"/v1/publish/{quote(subject, safe='')}", content=b"x"), 400, BAD_REQUEST)
+        error = assert_api_error(c.post(f"/v1/publish/{quote(subject, safe='')}", content=b"x"), 400, BAD_REQUEST)
+        assert error["description"].startswith("invalid publish subject")
 
 
 def test_raw_publish_to_subject_with_newline_is_refused(c: httpx.Client) -> None:
@@ -203,16 +186,16 @@ def test_raw_publish_to_subject_with_newline_is_refused(c: httpx.Client) -> None
 
 @pytest.mark.xfail(
     reason="the raw publish route `/{subject:path}` does not match a path holding a newline, so the answer is the "
-    "router's 404 'not found' instead of 400 'invalid publish subject' as for tab, CR or \\x01",
+    "router's 404 'not found' (10003) instead of 400 'invalid publish subject' as for tab, CR or \\x01",
     strict=True,
 )
 def test_raw_publish_to_subject_with_newline_is_400_invalid_subject(c: httpx.Client) -> None:
     with nothing_changes(c):
         error = assert_api_error(c.post("/v1/publish/orders.a%0Ab", content=b"x"), 400, BAD_REQUEST)
-        assert "invalid publish subject" in error["description"]
+        assert error["description"].startswith("invalid publish subject")
 
 
-@pytest.mark.parametrize("subject", [*BAD_PUBLISH_SUBJECTS, "orders.a\nb"], ids=[*_pub_ids, "'orders.a\\nb'"])
+@pytest.mark.parametrize("subject", [*BAD_PUBLISH_SUBJECTS, "orders.a\nb"], ids=ids([*BAD_PUBLISH_SUBJECTS, "a\nb"]))
 def test_batch_publish_to_bad_subject(c: httpx.Client, subject: str) -> None:
     with nothing_changes(c):
         resp = c.post("/v1/publish", json={"messages": [{"subject": subject, "text": "x"}]})
@@ -226,9 +209,8 @@ def test_ndjson_publish_to_bad_subjects(c: httpx.Client) -> None:
     with nothing_changes(c):
         resp = c.post("/v1/publish", content=lines, headers={"content-type": "application/x-ndjson"})
         assert resp.status_code == 200, resp.text
-        acks = resp.json()["acks"]
-        assert len(acks) == len(BAD_PUBLISH_SUBJECTS)
-        for ack in acks:
+        assert len(resp.json()["acks"]) == len(BAD_PUBLISH_SUBJECTS)
+        for ack in resp.json()["acks"]:
             assert_ack_error(ack, BAD_REQUEST)
 
 
@@ -242,114 +224,95 @@ def test_publish_to_subject_no_stream_captures(c: httpx.Client) -> None:
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [
-        ("Nats-Expected-Last-Sequence", "abc"),
-        ("Nats-Expected-Last-Sequence", "-1"),
-        ("Nats-Expected-Last-Subject-Sequence", "x"),
-        ("Nats-Rollup", "all"),
-    ],
+    [("Nats-Expected-Last-Sequence", "abc"), ("Nats-Expected-Last-Sequence", "-1"),
+     ("Nats-Expected-Last-Subject-Sequence", "x"), ("Nats-Rollup", "all")],
 )
 def test_raw_publish_with_bad_control_header(c: httpx.Client, name: str, value: str) -> None:
     with nothing_changes(c):
         assert_api_error(c.post("/v1/publish/orders.hdr", content=b"x", headers={name: value}), 400)
 
 
-# -- unknown config fields ---------------------------------------------------------------------
+# -- unknown fields, malformed JSON, wrong types -----------------------------------------------
 
-UNKNOWN_FIELD_BODIES = [
-    {"name": "FRESH", "bogus": 1},
-    {"name": "FRESH", "Subjects": ["fresh.x"]},
-    {"name": "FRESH", "max_msg": 10},
-    {"name": "FRESH", "consumer_limits": {"foo": 1}},
-    {"name": "FRESH", "placement": {"region": "x"}},
+UNKNOWN_FIELDS = [
+    {"bogus": 1}, {"Subjects": ["fresh.x"]}, {"max_msg": 10}, {"consumer_limits": {"foo": 1}},
+    {"placement": {"region": "x"}},
 ]
 
 
-@pytest.mark.parametrize("body", UNKNOWN_FIELD_BODIES, ids=[next(k for k in b if k != "name") for b in UNKNOWN_FIELD_BODIES])
-def test_create_with_unknown_field(c: httpx.Client, body: dict[str, Any]) -> None:
+@pytest.mark.parametrize("extra", UNKNOWN_FIELDS, ids=ids(UNKNOWN_FIELDS))
+def test_create_and_update_with_unknown_field(c: httpx.Client, extra: dict[str, Any]) -> None:
     with nothing_changes(c):
-        assert_api_error(c.post("/v1/streams", json=body), 400)
+        assert_api_error(c.post("/v1/streams", json={"name": "FRESH", **extra}), 400)
+        assert_api_error(c.put("/v1/streams/BAD", json={"name": "BAD", "subjects": ["orders.>"], **extra}), 400)
 
 
-def test_update_with_unknown_field(c: httpx.Client) -> None:
-    with nothing_changes(c):
-        assert_api_error(c.put("/v1/streams/BAD", json={"name": "BAD", "subjects": ["orders.>"], "bogus": 1}), 400)
-
-
-@pytest.mark.parametrize(
-    "body", [{"bogus": 1}, {"filter": "orders.>", "kep": 1}], ids=["bogus", "typo"]
-)
+@pytest.mark.parametrize("body", [{"bogus": 1}, {"filter": "orders.>", "kep": 1}], ids=["bogus", "typo"])
 def test_purge_with_unknown_field(c: httpx.Client, body: dict[str, Any]) -> None:
     with nothing_changes(c):
         assert_api_error(c.post("/v1/streams/BAD/purge", json=body), 400, BAD_REQUEST)
 
 
-# -- malformed JSON ----------------------------------------------------------------------------
+MALFORMED = [
+    b'{"name": "FRESH"', b"{name: FRESH}", b"not json", b"", b"   ", b"\xff\xfe", b'{"name": "FRESH"} trailing',
+    b"[]", b'[{"name": "FRESH"}]', b'"FRESH"', b"42", b"null", b"true",
+]
 
-MALFORMED = [b'{"name": "FRESH"', b"{name: FRESH}", b"not json", b"", b"   ", b"\xff\xfe", b'{"name": "FRESH"} trailing']
-NOT_AN_OBJECT = [b"[]", b'[{"name": "FRESH"}]', b'"FRESH"', b"42", b"null", b"true"]
 
-
-@pytest.mark.parametrize("raw", MALFORMED + NOT_AN_OBJECT)
-def test_create_with_malformed_json(c: httpx.Client, raw: bytes) -> None:
+@pytest.mark.parametrize("raw", MALFORMED, ids=ids(MALFORMED))
+@pytest.mark.parametrize(("method", "path"), [("POST", "/v1/streams"), ("PUT", "/v1/streams/BAD")])
+def test_malformed_json_config(c: httpx.Client, method: str, path: str, raw: bytes) -> None:
     with nothing_changes(c):
-        resp = c.post("/v1/streams", content=raw, headers={"content-type": "application/json"})
+        resp = c.request(method, path, content=raw, headers={"content-type": "application/json"})
         assert_api_error(resp, 400, INVALID_JSON)
 
 
-@pytest.mark.parametrize("raw", [b'{"name": "BAD"', b"[]", b"null"])
-def test_update_with_malformed_json(c: httpx.Client, raw: bytes) -> None:
-    with nothing_changes(c):
-        assert_api_error(c.put("/v1/streams/BAD", content=raw), 400, INVALID_JSON)
-
-
-@pytest.mark.parametrize("raw", [b'{"keep": 1', b"[1]", b'"all"'])
+@pytest.mark.parametrize("raw", [b'{"keep": 1', b"[1]", b'"all"', b"null"])
 def test_purge_with_malformed_json(c: httpx.Client, raw: bytes) -> None:
     with nothing_changes(c):
         assert_api_error(c.post("/v1/streams/BAD/purge", content=raw), 400, INVALID_JSON)
 
 
 WRONG_TYPES = [
-    {"name": "FRESH", "max_msgs": "ten"},
-    {"name": "FRESH", "max_age": 1.5},
-    {"name": "FRESH", "subjects": "fresh.x"},
-    {"name": "FRESH", "subjects": [1]},
-    {"name": 7},
-    {"name": "FRESH", "retention": "forever"},
-    {"name": "FRESH", "storage": "disk"},
-    {"name": "FRESH", "discard": "oldest"},
-    {"name": "FRESH", "metadata": {"k": 1}},
-    {"name": "FRESH", "max_msgs": 2**70},
-    {"name": "FRESH", "max_msg_size": 2**40},
+    {"max_msgs": "ten"}, {"max_age": 1.5}, {"subjects": "fresh.x"}, {"subjects": [1]}, {"name": 7},
+    {"retention": "forever"}, {"storage": "disk"}, {"discard": "oldest"}, {"metadata": {"k": 1}},
+    {"max_msgs": 2**70}, {"max_msg_size": 2**40},
 ]
-_wrong_ids = [next(f"{k}={v!r}"[:24] for k, v in b.items() if k != "name" or len(b) == 1) for b in WRONG_TYPES]
 
 
-@pytest.mark.parametrize("body", WRONG_TYPES, ids=_wrong_ids)
-def test_create_with_wrong_types(c: httpx.Client, body: dict[str, Any]) -> None:
+@pytest.mark.parametrize("extra", WRONG_TYPES, ids=ids(WRONG_TYPES))
+def test_create_with_wrong_types(c: httpx.Client, extra: dict[str, Any]) -> None:
     with nothing_changes(c):
-        assert_api_error(c.post("/v1/streams", json=body), 400)
+        assert_api_error(c.post("/v1/streams", json={"name": "FRESH", **extra}), 400)
+
+
+@pytest.mark.xfail(
+    reason="nats-server 2.15.1 answers a type mismatch, an unknown field or an integer out of its Go type's range "
+    "with 10025 (invalid JSON: json: cannot unmarshal ... / json: unknown field ...); JetLake answers 10052",
+    strict=True,
+)
+@pytest.mark.parametrize(
+    "extra",
+    [{"max_msgs": "ten"}, {"bogus": 1}, {"consumer_limits": {"foo": 1}}, {"max_msgs": 2**70}, {"max_msg_size": 2**40}],
+    ids=["string-for-int", "unknown", "nested-unknown", "int64-overflow", "int32-overflow"],
+)
+def test_create_json_errors_use_jetstreams_err_code(c: httpx.Client, extra: dict[str, Any]) -> None:
+    with nothing_changes(c):
+        assert_api_error(c.post("/v1/streams", json={"name": "FRESH", **extra}), 400, INVALID_JSON)
 
 
 COERCED = [
-    {"max_msgs": "10"},
-    {"max_msgs": True},
-    {"max_age": 1e9},
-    {"first_seq": "3"},
-    {"num_replicas": "1"},
-    {"deny_delete": "yes"},
-    {"deny_delete": 1},
-    {"deny_purge": "false"},
-    {"allow_rollup_hdrs": "on"},
+    {"max_msgs": "10"}, {"max_msgs": True}, {"max_age": 1e9}, {"first_seq": "3"}, {"num_replicas": "1"},
+    {"deny_delete": "yes"}, {"deny_delete": 1}, {"deny_purge": "false"}, {"allow_rollup_hdrs": "on"},
 ]
 
 
 @pytest.mark.xfail(
-    reason="StreamConfig parses in pydantic's lax mode: strings, floats and booleans are coerced "
+    reason="StreamConfig is parsed in pydantic's lax mode: strings, floats and booleans are coerced "
     "(max_msgs true -> 1, deny_delete 'yes' -> true) and the stream is created; nats-server refuses each with 10025",
     strict=True,
 )
-@pytest.mark.parametrize("extra", COERCED, ids=[f"{k}={v!r}" for e in COERCED for k, v in e.items()])
+@pytest.mark.parametrize("extra", COERCED, ids=ids(COERCED))
 def test_create_does_not_coerce_wrong_types(c: httpx.Client, extra: dict[str, Any]) -> None:
     name = "COERCE_" + "".join(ch for ch in f"{extra}" if ch.isalnum())
     before = snapshot(c)
@@ -360,56 +323,27 @@ def test_create_does_not_coerce_wrong_types(c: httpx.Client, extra: dict[str, An
     assert snapshot(c) == before
 
 
-JETSTREAM_JSON_ERRORS = [
-    {"name": "FRESH", "max_msgs": "ten"},
-    {"name": "FRESH", "bogus": 1},
-    {"name": "FRESH", "consumer_limits": {"foo": 1}},
-    {"name": "FRESH", "max_msgs": 2**70},
-    {"name": "FRESH", "max_msg_size": 2**40},
-]
-
-
-@pytest.mark.xfail(
-    reason="nats-server 2.15.1 answers a type mismatch, an unknown field or an out-of-range integer with "
-    "10025 (invalid JSON: json: cannot unmarshal ... / unknown field); JetLake answers 10052",
-    strict=True,
-)
-@pytest.mark.parametrize("body", JETSTREAM_JSON_ERRORS, ids=["string-for-int", "unknown", "nested-unknown", "int64-overflow", "int32-overflow"])
-def test_create_json_errors_use_jetstreams_err_code(c: httpx.Client, body: dict[str, Any]) -> None:
-    with nothing_changes(c):
-        assert_api_error(c.post("/v1/streams", json=body), 400, INVALID_JSON)
-
-
 # -- negative or absurd limits -----------------------------------------------------------------
 
 ABSURD = [
-    ({"max_age": -1}, INVALID_CONFIG),
-    ({"max_age": 5}, INVALID_CONFIG),
-    ({"max_age": 99_999_999}, INVALID_CONFIG),
+    ({"max_age": -1}, INVALID_CONFIG), ({"max_age": 5}, INVALID_CONFIG), ({"max_age": 99_999_999}, INVALID_CONFIG),
     ({"max_age": 1_000_000_000, "duplicate_window": 2_000_000_000}, INVALID_CONFIG),
-    ({"duplicate_window": -1}, INVALID_CONFIG),
-    ({"num_replicas": 7}, INVALID_CONFIG),
-    ({"num_replicas": -1}, REPLICAS_NEGATIVE),
-    ({"max_msg_size": 2**40}, None),
-    ({"max_msgs": 2**70}, None),
-    ({"max_bytes": 2**63}, None),
-    ({"max_age": 2**63}, None),
-    ({"description": "d" * 5000}, INVALID_CONFIG),
+    ({"duplicate_window": -1}, INVALID_CONFIG), ({"num_replicas": 7}, INVALID_CONFIG),
+    ({"num_replicas": -1}, REPLICAS_NEGATIVE), ({"max_msg_size": 2**40}, None), ({"max_msgs": 2**70}, None),
+    ({"max_bytes": 2**63}, None), ({"max_age": 2**63}, None), ({"description": "d" * 5000}, INVALID_CONFIG),
     ({"discard_new_per_subject": True}, INVALID_CONFIG),
     ({"discard": "new", "discard_new_per_subject": True}, INVALID_CONFIG),
-    ({"deny_purge": True, "allow_rollup_hdrs": True}, INVALID_CONFIG),
-    ({"sealed": True}, INVALID_CONFIG),
+    ({"deny_purge": True, "allow_rollup_hdrs": True}, INVALID_CONFIG), ({"sealed": True}, INVALID_CONFIG),
 ]
 
 
-@pytest.mark.parametrize(("extra", "err_code"), ABSURD, ids=[",".join(f"{k}={v}"[:30] for k, v in e.items()) for e, _ in ABSURD])
+@pytest.mark.parametrize(("extra", "err_code"), ABSURD, ids=ids([e for e, _ in ABSURD]))
 def test_create_with_absurd_limit(c: httpx.Client, extra: dict[str, Any], err_code: int | None) -> None:
     with nothing_changes(c):
-        resp = c.post("/v1/streams", json={"name": "FRESH", "subjects": ["fresh.x"], **extra})
-        assert_api_error(resp, 400, err_code)
+        assert_api_error(c.post("/v1/streams", json={"name": "FRESH", "subjects": ["fresh.x"], **extra}), 400, err_code)
 
 
-@pytest.mark.parametrize(("extra", "err_code"), ABSURD[:7], ids=[",".join(f"{k}={v}"[:30] for k, v in e.items()) for e, _ in ABSURD[:7]])
+@pytest.mark.parametrize(("extra", "err_code"), ABSURD[:7], ids=ids([e for e, _ in ABSURD[:7]]))
 def test_update_with_absurd_limit(c: httpx.Client, extra: dict[str, Any], err_code: int) -> None:
     with nothing_changes(c):
         resp = c.put("/v1/streams/BAD", json={"name": "BAD", "subjects": ["orders.>"], **extra})
@@ -418,27 +352,17 @@ def test_update_with_absurd_limit(c: httpx.Client, extra: dict[str, Any], err_co
 
 # -- oversized bodies --------------------------------------------------------------------------
 
-def test_raw_publish_over_one_mib(c: httpx.Client) -> None:
+def test_publishes_over_one_mib(c: httpx.Client) -> None:
     with nothing_changes(c):
         error = assert_api_error(c.post("/v1/publish/orders.big", content=b"x" * (MIB + 1)), 400, TOO_LARGE)
         assert error["description"] == "message size exceeds maximum allowed"
-
-
-def test_raw_publish_headers_count_toward_one_mib(c: httpx.Client) -> None:
-    # The header block NATS/1.0\r\nNats-Msg-Id: big\r\n\r\n (30 bytes) plus MIB - 29 bytes is MIB + 1.
-    with nothing_changes(c):
+        # The header block "NATS/1.0\r\nNats-Msg-Id: big\r\n\r\n" (30 bytes) + MIB - 29 bytes = MIB + 1.
         resp = c.post("/v1/publish/orders.big", content=b"x" * (MIB - 29), headers={"Nats-Msg-Id": "big"})
         assert_api_error(resp, 400, TOO_LARGE)
-
-
-def test_batch_message_over_one_mib(c: httpx.Client) -> None:
-    import base64
-
-    big = base64.b64encode(b"x" * (MIB + 1)).decode()
-    with nothing_changes(c):
-        resp = c.post("/v1/publish", json={"messages": [{"subject": "orders.big", "data": big}]})
-        assert resp.status_code == 200
-        assert_ack_error(resp.json()["acks"][0], TOO_LARGE)
+        big = base64.b64encode(b"x" * (MIB + 1)).decode()
+        batch = c.post("/v1/publish", json={"messages": [{"subject": "orders.big", "data": big}]})
+        assert batch.status_code == 200
+        assert_ack_error(batch.json()["acks"][0], TOO_LARGE)
 
 
 def test_bodies_over_the_gateway_limit(tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -447,16 +371,15 @@ def test_bodies_over_the_gateway_limit(tmp_path_factory: pytest.TempPathFactory)
         with small.client() as s:
             assert s.post("/v1/streams", json={"name": "SMALL", "subjects": ["small.>"]}).status_code == 201
             with nothing_changes(s):
-                too_big = b"x" * 65537
-                assert_api_error(s.post("/v1/publish/small.a", content=too_big), 413)
+                assert_api_error(s.post("/v1/publish/small.a", content=b"x" * 65537), 413)
                 assert_api_error(s.post("/v1/streams", json={"name": "B2", "description": "d" * 70_000}), 413)
-                assert_api_error(s.post("/v1/publish", json={"messages": [{"subject": "small.a", "text": "t" * 70_000}]}), 413)
+                batch = {"messages": [{"subject": "small.a", "text": "t" * 70_000}]}
+                assert_api_error(s.post("/v1/publish", json=batch), 413)
                 assert_api_error(s.put("/v1/streams/SMALL", json={"name": "SMALL", "description": "d" * 70_000}), 413)
                 assert_api_error(s.post("/v1/streams/SMALL/purge", content=b" " * 70_000), 413)
                 chunks = (b"y" * 8192 for _ in range(10))  # no Content-Length: chunked transfer
                 assert_api_error(s.post("/v1/publish/small.a", content=chunks), 413)
-            # At the limit exactly it is accepted.
-            assert s.post("/v1/publish/small.a", content=b"x" * 65536).status_code == 200
+            assert s.post("/v1/publish/small.a", content=b"x" * 65536).status_code == 200  # at the limit exactly
     finally:
         small.stop()
 
@@ -464,24 +387,15 @@ def test_bodies_over_the_gateway_limit(tmp_path_factory: pytest.TempPathFactory)
 # -- purge bodies ------------------------------------------------------------------------------
 
 BAD_PURGES = [
-    ({"seq": 1, "keep": 1}, BAD_REQUEST),
-    ({"seq": 5, "keep": 2}, BAD_REQUEST),
-    ({"seq": -1}, BAD_REQUEST),
-    ({"keep": -1}, BAD_REQUEST),
-    ({"seq": "2"}, BAD_REQUEST),
-    ({"keep": 1.5}, BAD_REQUEST),
-    ({"seq": True}, BAD_REQUEST),
-    ({"seq": 2**64}, BAD_REQUEST),
-    ({"filter": 5}, BAD_REQUEST),
-    ({"filter": "orders..x"}, BAD_REQUEST),
-    ({"filter": "orders.a b"}, BAD_REQUEST),
+    {"seq": 1, "keep": 1}, {"seq": 5, "keep": 2}, {"seq": -1}, {"keep": -1}, {"seq": "2"}, {"keep": 1.5},
+    {"seq": True}, {"seq": 2**64}, {"filter": 5}, {"filter": "orders..x"}, {"filter": "orders.a b"},
 ]
 
 
-@pytest.mark.parametrize(("body", "err_code"), BAD_PURGES, ids=[json.dumps(b)[:30] for b, _ in BAD_PURGES])
-def test_bad_purge(c: httpx.Client, body: dict[str, Any], err_code: int) -> None:
+@pytest.mark.parametrize("body", BAD_PURGES, ids=ids(BAD_PURGES))
+def test_bad_purge(c: httpx.Client, body: dict[str, Any]) -> None:
     with nothing_changes(c):
-        assert_api_error(c.post("/v1/streams/BAD/purge", json=body), 400, err_code)
+        assert_api_error(c.post("/v1/streams/BAD/purge", json=body), 400, BAD_REQUEST)
 
 
 def test_purge_of_missing_stream(c: httpx.Client) -> None:
@@ -489,34 +403,35 @@ def test_purge_of_missing_stream(c: httpx.Client) -> None:
         assert_api_error(c.post("/v1/streams/NOPE/purge", json={}), 404, NOT_FOUND)
 
 
-# -- message reads and deletes -----------------------------------------------------------------
+# -- message reads and deletes, unknown routes -------------------------------------------------
 
-@pytest.mark.parametrize(
-    ("path", "status", "err_code"),
-    [
-        ("/v1/streams/BAD/messages/0", None, None),  # JetStream: 400 10003 (a get without seq); JetLake: 404 10037
-        ("/v1/streams/BAD/messages/-1", None, None),
-        ("/v1/streams/BAD/messages/abc", 400, BAD_REQUEST),
-        ("/v1/streams/BAD/messages/1.5", 400, BAD_REQUEST),
-        ("/v1/streams/BAD/messages/99", 404, NO_MESSAGE),
-        ("/v1/streams/BAD/messages?last_by_subj=a..b", 400, BAD_REQUEST),
-        ("/v1/streams/BAD/messages?last_by_subj=orders.a%20b", 400, BAD_REQUEST),
-        ("/v1/streams/BAD/messages?next_by_subj=orders.", 400, BAD_REQUEST),
-        ("/v1/streams/BAD/messages?next_by_subj=orders.>&seq=abc", 400, BAD_REQUEST),
-        ("/v1/streams/BAD/messages?last_by_subj=orders.>&seq=1", 400, BAD_REQUEST),
-        ("/v1/streams/BAD/messages?last_by_subj=orders.>&next_by_subj=orders.>", 400, BAD_REQUEST),
-        ("/v1/streams/BAD/messages", 400, BAD_REQUEST),
-        ("/v1/streams/BAD/messages?last_by_subj=nothing.here", 404, NO_MESSAGE),
-        ("/v1/streams/NOPE/messages/1", 404, NOT_FOUND),
-        ("/v1/streams/NOPE/messages?last_by_subj=orders.>", 404, NOT_FOUND),
-        ("/v1/streams/NOPE", 404, NOT_FOUND),
-        ("/v1/streams/BAD?subjects_filter=a..b", 400, BAD_REQUEST),
-        ("/v1/streams?subject=a..b", 400, BAD_REQUEST),
-        ("/v1/streams?limit=0", 400, BAD_REQUEST),
-        ("/v1/streams?offset=-1", 400, BAD_REQUEST),
-        ("/v1/streams?limit=abc", 400, BAD_REQUEST),
-    ],
-)
+BAD_READS = [
+    ("/v1/streams/BAD/messages/0", None, None),  # nats-server: 400 10003 (a get without seq); JetLake: 404 10037
+    ("/v1/streams/BAD/messages/-1", None, None),
+    ("/v1/streams/BAD/messages/abc", 400, BAD_REQUEST),
+    ("/v1/streams/BAD/messages/1.5", 400, BAD_REQUEST),
+    ("/v1/streams/BAD/messages/99", 404, NO_MESSAGE),
+    ("/v1/streams/BAD/messages?last_by_subj=a..b", 400, BAD_REQUEST),
+    ("/v1/streams/BAD/messages?last_by_subj=orders.a%20b", 400, BAD_REQUEST),
+    ("/v1/streams/BAD/messages?next_by_subj=orders.", 400, BAD_REQUEST),
+    ("/v1/streams/BAD/messages?next_by_subj=orders.>&seq=abc", 400, BAD_REQUEST),
+    ("/v1/streams/BAD/messages?last_by_subj=orders.>&seq=1", 400, BAD_REQUEST),
+    ("/v1/streams/BAD/messages?last_by_subj=orders.>&next_by_subj=orders.>", 400, BAD_REQUEST),
+    ("/v1/streams/BAD/messages", 400, BAD_REQUEST),
+    ("/v1/streams/BAD/messages?last_by_subj=nothing.here", 404, NO_MESSAGE),
+    ("/v1/streams/NOPE/messages/1", 404, NOT_FOUND),
+    ("/v1/streams/NOPE/messages?last_by_subj=orders.>", 404, NOT_FOUND),
+    ("/v1/streams/NOPE", 404, NOT_FOUND),
+    ("/v1/streams/BAD?subjects_filter=a..b", 400, BAD_REQUEST),
+    ("/v1/streams?subject=a..b", 400, BAD_REQUEST),
+    ("/v1/streams?limit=0", 400, BAD_REQUEST),
+    ("/v1/streams?offset=-1", 400, BAD_REQUEST),
+    ("/v1/streams?limit=abc", 400, BAD_REQUEST),
+    ("/v1/nothing", 404, None),
+]
+
+
+@pytest.mark.parametrize(("path", "status", "err_code"), BAD_READS, ids=[p.removeprefix("/v1/") for p, *_ in BAD_READS])
 def test_bad_read(c: httpx.Client, path: str, status: int | None, err_code: int | None) -> None:
     with nothing_changes(c):
         assert_api_error(c.get(path), status, err_code)
@@ -538,9 +453,8 @@ def test_bad_delete(c: httpx.Client, path: str, status: int, err_code: int | Non
         assert_api_error(c.delete(path), status, err_code)
 
 
-def test_unknown_routes_and_methods(c: httpx.Client) -> None:
+def test_wrong_methods(c: httpx.Client) -> None:
     with nothing_changes(c):
-        assert_api_error(c.get("/v1/nothing"), 404)
         assert_api_error(c.patch("/v1/streams/BAD"), 405)
         assert_api_error(c.post("/v1/streams/BAD/messages"), 405)
 
@@ -548,8 +462,7 @@ def test_unknown_routes_and_methods(c: httpx.Client) -> None:
 # -- batch bodies ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(
-    "raw",
-    [b'{"messages": [', b"[]", b'{"messages": "x"}', b'{"msgs": []}', b'{"messages": [], "extra": 1}', b""],
+    "raw", [b'{"messages": [', b"[]", b'{"messages": "x"}', b'{"msgs": []}', b'{"messages": [], "extra": 1}', b""],
     ids=["truncated", "array", "not-a-list", "wrong-key", "extra-key", "empty"],
 )
 def test_bad_batch_body(c: httpx.Client, raw: bytes) -> None:
@@ -557,24 +470,17 @@ def test_bad_batch_body(c: httpx.Client, raw: bytes) -> None:
         assert_api_error(c.post("/v1/publish", content=raw, headers={"content-type": "application/json"}), 400)
 
 
-@pytest.mark.parametrize(
-    "message",
-    [
-        "orders.x",
-        {"text": "no subject"},
-        {"subject": 5},
-        {"subject": "orders.x", "data": "%%%not base64"},
-        {"subject": "orders.x", "data": 5},
-        {"subject": "orders.x", "data": "eA==", "text": "x"},
-        {"subject": "orders.x", "text": 5},
-        {"subject": "orders.x", "headers": ["a"]},
-        {"subject": "orders.x", "headers": {"Bad Name": ["v"]}},
-        {"subject": "orders.x", "headers": {"X-A": ["line\nbreak"]}},
-        {"subject": "orders.x", "headers": {"X-A": [5]}},
-        {"subject": "orders.x", "bogus": 1},
-    ],
-    ids=lambda m: json.dumps(m)[:40],
-)
+BAD_MESSAGES = [
+    "orders.x", {"text": "no subject"}, {"subject": 5}, {"subject": "orders.x", "data": "%%%not base64"},
+    {"subject": "orders.x", "data": 5}, {"subject": "orders.x", "data": "eA==", "text": "x"},
+    {"subject": "orders.x", "text": 5}, {"subject": "orders.x", "headers": ["a"]},
+    {"subject": "orders.x", "headers": {"Bad Name": ["v"]}},
+    {"subject": "orders.x", "headers": {"X-A": ["line\nbreak"]}},
+    {"subject": "orders.x", "headers": {"X-A": [5]}}, {"subject": "orders.x", "bogus": 1},
+]
+
+
+@pytest.mark.parametrize("message", BAD_MESSAGES, ids=ids(BAD_MESSAGES))
 def test_bad_message_in_batch_is_refused_alone(c: httpx.Client, message: Any) -> None:
     with nothing_changes(c):
         resp = c.post("/v1/publish", json={"messages": [message]})
@@ -586,12 +492,13 @@ def test_bad_message_in_batch_is_refused_alone(c: httpx.Client, message: Any) ->
 def test_ndjson_with_a_malformed_line_stores_nothing(c: httpx.Client) -> None:
     good = json.dumps({"subject": "orders.nd", "text": "ok"}).encode()
     with nothing_changes(c):
-        resp = c.post("/v1/publish", content=good + b"\n{not json\n" + good, headers={"content-type": "application/x-ndjson"})
+        lines = good + b"\n{not json\n" + good
+        resp = c.post("/v1/publish", content=lines, headers={"content-type": "application/x-ndjson"})
         assert_api_error(resp, 400, INVALID_JSON)
 
 
 def test_gateway_still_serves_after_everything(c: httpx.Client) -> None:
-    before = snapshot(c)["streams"]["BAD"]["state"]
+    before = snapshot(c)["streams"]["BAD"][2]
     ack = c.post("/v1/publish/orders.after", content=b"still here")
     assert ack.status_code == 200 and ack.json() == {"stream": "BAD", "seq": before["last_seq"] + 1}
     assert c.get("/healthz").json() == {"status": "ok"}

@@ -96,28 +96,42 @@ def test_create_then_identical_then_other_config(c: httpx.Client) -> None:
     again = c.post("/v1/streams", json=body)
     assert again.status_code == 200
     assert again.json()["config"] == first.json()["config"] and again.json()["created"] == first.json()["created"]
-    spelled_out = c.post("/v1/streams", json={**body, "max_msgs": -1, "duplicate_window": 120_000_000_000, "storage": "file"})
+    spelled_out = c.post("/v1/streams", json={**body, "max_msgs": -1, "duplicate_window": 120 * 10**9})
     assert spelled_out.status_code == 200
     other = c.post("/v1/streams", json={**body, "max_msgs": 5})
     error(other, 400, 10058, "stream name already in use with a different configuration")
 
 
+DEFAULTS = {
+    "name": "DEFAULTS", "subjects": ["DEFAULTS"], "retention": "limits", "max_msgs": -1, "max_bytes": -1, "max_age": 0,
+    "max_msgs_per_subject": -1, "max_msg_size": -1, "max_consumers": -1, "discard": "old", "storage": "file",
+    "num_replicas": 1, "duplicate_window": 120_000_000_000, "sealed": False, "deny_delete": False, "deny_purge": False,
+    "allow_rollup_hdrs": False, "discard_new_per_subject": False, "allow_direct": False, "compression": "none",
+}
+
+
 def test_defaults_field_for_field(c: httpx.Client) -> None:
     resp = c.post("/v1/streams", json={"name": "DEFAULTS"})
     assert resp.status_code == 201
-    config = resp.json()["config"]
-    assert {k: config[k] for k in (
-        "name", "subjects", "retention", "max_msgs", "max_bytes", "max_age", "max_msgs_per_subject", "max_msg_size",
-        "max_consumers", "discard", "storage", "num_replicas", "duplicate_window", "sealed", "deny_delete",
-        "deny_purge", "allow_rollup_hdrs", "discard_new_per_subject", "allow_direct", "compression",
-    )} == {
-        "name": "DEFAULTS", "subjects": ["DEFAULTS"], "retention": "limits", "max_msgs": -1, "max_bytes": -1,
-        "max_age": 0, "max_msgs_per_subject": -1, "max_msg_size": -1, "max_consumers": -1, "discard": "old",
-        "storage": "file", "num_replicas": 1, "duplicate_window": 120_000_000_000, "sealed": False,
-        "deny_delete": False, "deny_purge": False, "allow_rollup_hdrs": False, "discard_new_per_subject": False,
-        "allow_direct": False, "compression": "none",
-    }
+    assert {k: resp.json()["config"][k] for k in DEFAULTS} == DEFAULTS
     assert state(c, "DEFAULTS") == expect(0, 0, 0, 0, 0)
+    # 0 or below -1 means unlimited; 0 replicas means 1.
+    limits = {"max_msgs": 0, "max_bytes": -5, "max_msgs_per_subject": 0, "max_consumers": -2, "max_msg_size": 0}
+    name, _ = new_stream(c, num_replicas=0, **limits)
+    config = c.get(f"/v1/streams/{name}").json()["config"]
+    assert {k: config[k] for k in limits} == dict.fromkeys(limits, -1)
+    assert config["num_replicas"] == 1
+
+
+@pytest.mark.xfail(
+    reason="a 255-character name is valid (nats-server 2.15.1 creates it, file storage included) but the config "
+    "file `_system/streams/<name>.json.tmp` is over the file system's 255-byte limit: 500 internal error: OSError "
+    "(from 247 characters on), and the stream's table directory is left behind",
+    strict=True,
+)
+def test_longest_valid_name(c: httpx.Client) -> None:
+    resp = c.post("/v1/streams", json={"name": "L" * 255, "subjects": ["longest.>"]})
+    assert resp.status_code == 201, resp.text
 
 
 @pytest.mark.parametrize(
@@ -134,38 +148,25 @@ def test_duplicate_window_default(c: httpx.Client, given: dict[str, int], window
     assert c.get(f"/v1/streams/{name}").json()["config"]["duplicate_window"] == window
 
 
-def test_zero_and_below_minus_one_limits_mean_unlimited(c: httpx.Client) -> None:
-    name, _ = new_stream(c, max_msgs=0, max_bytes=-5, max_msgs_per_subject=0, max_consumers=-2, max_msg_size=0, num_replicas=0)
-    config = c.get(f"/v1/streams/{name}").json()["config"]
-    assert [config[k] for k in ("max_msgs", "max_bytes", "max_msgs_per_subject", "max_consumers", "max_msg_size", "num_replicas")] == [-1] * 5 + [1]
-
-
 def put(c: httpx.Client, name: str, prefix: str, **config: Any) -> httpx.Response:
     return c.put(f"/v1/streams/{name}", json={"name": name, "subjects": [f"{prefix}.>"], **config})
 
 
-def test_update_cannot_change_storage(c: httpx.Client) -> None:
-    name, prefix = new_stream(c)
-    error(put(c, name, prefix, storage="memory"), 400, 10052)
-    assert c.get(f"/v1/streams/{name}").json()["config"]["storage"] == "file"
-
-
-def test_update_retention_rules(c: httpx.Client) -> None:
-    name, prefix = new_stream(c)
-    error(put(c, name, prefix, retention="workqueue"), 400, 10052)
-    to_interest = put(c, name, prefix, retention="interest")
+def test_update_rules(c: httpx.Client) -> None:
+    name, prefix = new_stream(c, deny_delete=True, deny_purge=True)
+    flags = {"deny_delete": True, "deny_purge": True}
+    error(put(c, name, prefix, storage="memory", **flags), 400, 10052)  # storage is immutable
+    error(put(c, name, prefix, deny_purge=True), 400, 10052)  # deny flags can never be unset
+    error(put(c, name, prefix, deny_delete=True), 400, 10052)
+    error(put(c, name, prefix, retention="workqueue", **flags), 400, 10052)
+    to_interest = put(c, name, prefix, retention="interest", **flags)
     assert to_interest.status_code == 200 and to_interest.json()["config"]["retention"] == "interest"
-    assert put(c, name, prefix, retention="limits").json()["config"]["retention"] == "limits"
+    assert put(c, name, prefix, retention="limits", **flags).json()["config"]["retention"] == "limits"
+    config = c.get(f"/v1/streams/{name}").json()["config"]
+    assert (config["storage"], config["deny_delete"], config["deny_purge"]) == ("file", True, True)
     wq, wq_prefix = new_stream(c, retention="workqueue")
     error(put(c, wq, wq_prefix, retention="limits"), 400, 10052)
     error(put(c, wq, wq_prefix, retention="interest"), 400, 10052)
-
-
-def test_update_cannot_unset_deny_flags(c: httpx.Client) -> None:
-    name, prefix = new_stream(c, deny_delete=True, deny_purge=True)
-    error(put(c, name, prefix, deny_purge=True), 400, 10052)
-    error(put(c, name, prefix, deny_delete=True), 400, 10052)
-    assert put(c, name, prefix, deny_delete=True, deny_purge=True, description="d").status_code == 200
 
 
 def test_update_lower_limit_applies_at_once_and_other_errors(c: httpx.Client) -> None:
@@ -178,6 +179,15 @@ def test_update_lower_limit_applies_at_once_and_other_errors(c: httpx.Client) ->
     error(c.put("/v1/streams/NO_SUCH", json={"name": "NO_SUCH"}), 404, 10059)
     other, other_prefix = new_stream(c)
     error(put(c, other, other_prefix, subjects=[f"{prefix}.x"]), 400, 10065)
+
+
+def test_update_subjects_reroutes_publishes(c: httpx.Client) -> None:
+    name, p = new_stream(c)
+    ack(c, f"{p}.a")
+    moved = c.put(f"/v1/streams/{name}", json={"name": name, "subjects": [f"moved.{p}.>"]})
+    assert moved.status_code == 200 and moved.json()["config"]["subjects"] == [f"moved.{p}.>"]
+    error(pub(c, f"{p}.a"), 404, 10059, "no stream matches subject")
+    assert ack(c, f"moved.{p}.a") == 2
 
 
 def test_sealed_stream_refuses_writes(c: httpx.Client) -> None:
@@ -256,17 +266,35 @@ def test_msg_id_duplicate(c: httpx.Client, storage: str) -> None:
     dup = pub(c, f"{p}.a", b"two", Nats_Msg_Id="m1")
     assert dup.status_code == 200 and dup.json() == {"stream": name, "seq": 1, "duplicate": True}
     assert pub(c, f"{p}.b", b"", **{"nats-msg-id": "m1"}).json() == {"stream": name, "seq": 1, "duplicate": True}
-    # Deduplication comes before the expectations: a duplicate with a wrong expectation is still a duplicate.
-    assert pub(c, f"{p}.a", b"", Nats_Msg_Id="m1", Nats_Expected_Last_Sequence="99").json()["duplicate"] is True
     assert ack(c, f"{p}.b") == 2
     assert state(c, name) == expect(2, size(f"{p}.a", b"one", {"Nats-Msg-Id": ["m1"]}) + size(f"{p}.b"), 1, 2, 2)
     assert c.get(f"/v1/streams/{name}/messages/1").json()["message"]["data"] == b64(b"one")
 
 
-def test_expected_stream(c: httpx.Client) -> None:
+def test_duplicate_is_found_before_last_msg_id_and_rollup_checks(c: httpx.Client) -> None:
     name, p = new_stream(c)
-    error(pub(c, f"{p}.a", Nats_Expected_Stream="OTHER"), 400, 10060, "expected stream does not match")
-    assert ack(c, f"{p}.a", Nats_Expected_Stream=name) == 1
+    assert ack(c, f"{p}.a", Nats_Msg_Id="m1") == 1
+    assert ack(c, f"{p}.b", Nats_Msg_Id="m2") == 2
+    duplicate = {"stream": name, "seq": 1, "duplicate": True}
+    assert pub(c, f"{p}.a", Nats_Msg_Id="m1", Nats_Expected_Last_Sequence="2").json() == duplicate
+    assert pub(c, f"{p}.a", Nats_Msg_Id="m1", Nats_Expected_Last_Msg_Id="zz").json() == duplicate
+    assert pub(c, f"{p}.a", Nats_Msg_Id="m1", Nats_Rollup="all").json() == duplicate
+    error(pub(c, f"{p}.a", Nats_Msg_Id="m1", Nats_Expected_Stream="zz"), 400, 10060)
+
+
+@pytest.mark.xfail(
+    reason="JetLake deduplicates before the expected-last-sequence checks; nats-server 2.15.1 (and the reference's "
+    "check order: expectations, then Msg-Id) answers 10071 for a duplicate whose expectation fails",
+    strict=True,
+)
+@pytest.mark.parametrize(
+    ("header", "actual"), [("Nats-Expected-Last-Sequence", 2), ("Nats-Expected-Last-Subject-Sequence", 1)]
+)
+def test_expectations_are_checked_before_deduplication(c: httpx.Client, header: str, actual: int) -> None:
+    name, p = new_stream(c)
+    assert ack(c, f"{p}.a", Nats_Msg_Id="m1") == 1
+    assert ack(c, f"{p}.b", Nats_Msg_Id="m2") == 2
+    error(pub(c, f"{p}.a", **{"Nats-Msg-Id": "m1", header: "99"}), 400, 10071, f"wrong last sequence: {actual}")
 
 
 def test_expected_last_sequence(c: httpx.Client) -> None:
@@ -293,9 +321,10 @@ def test_expected_last_subject_sequence(c: httpx.Client) -> None:
     assert state(c, name)["last_seq"] == 5
 
 
-def test_expected_last_msg_id(c: httpx.Client) -> None:
+def test_expected_stream_and_last_msg_id(c: httpx.Client) -> None:
     name, p = new_stream(c)
-    assert ack(c, f"{p}.a", Nats_Msg_Id="a1") == 1
+    error(pub(c, f"{p}.a", Nats_Expected_Stream="OTHER"), 400, 10060, "expected stream does not match")
+    assert ack(c, f"{p}.a", Nats_Msg_Id="a1", Nats_Expected_Stream=name) == 1
     assert ack(c, f"{p}.a", Nats_Msg_Id="a2", Nats_Expected_Last_Msg_Id="a1") == 2
     error(pub(c, f"{p}.a", Nats_Expected_Last_Msg_Id="a1"), 400, 10070, "wrong last msg ID: a2")
     assert ack(c, f"{p}.b") == 3
@@ -319,31 +348,37 @@ def test_rollup(c: httpx.Client, storage: str) -> None:
     assert ack(c, f"{q}.a") == 1
 
 
+@pytest.mark.xfail(
+    reason="an interest stream without consumers stores the message; JetStream consumes the sequence but stores "
+    "nothing (reference section 2 'Interest skip'; nats-server 2.15.1: messages 0, first_seq 3, last_seq 2)",
+    strict=True,
+)
+def test_interest_stream_without_consumers_stores_nothing(c: httpx.Client) -> None:
+    name, p = new_stream(c, retention="interest")
+    assert ack(c, f"{p}.a", b"x") == 1 and ack(c, f"{p}.a", b"x") == 2
+    assert state(c, name) == expect(0, 0, 3, 2, 0)
+
+
 def test_max_msg_size(c: httpx.Client) -> None:
     name, p = new_stream(c, max_msg_size=10)
     assert ack(c, f"{p}.a", b"x" * 10) == 1
     error(pub(c, f"{p}.a", b"x" * 11), 400, 10054, "message size exceeds maximum allowed")
-    error(pub(c, f"{p}.a", b"x", Nats_Msg_Id="i"), 400, 10054)  # the 26-byte header block counts
+    error(pub(c, f"{p}.a", b"x", Nats_Msg_Id="i"), 400, 10054)  # the 28-byte header block counts
     assert ack(c, f"{p}.a") == 2
 
 
 # -- limits ------------------------------------------------------------------------------------
 
-def test_max_msgs_discard_old(c: httpx.Client, storage: str) -> None:
-    name, p = new_stream(c, storage, max_msgs=3)
+@pytest.mark.parametrize("limit", ["max_msgs", "max_bytes"])
+def test_limit_with_discard_old(c: httpx.Client, storage: str, limit: str) -> None:
+    name, p = new_stream(c, storage)
+    one = size(f"{p}.a", b"0123456789")
+    value = 3 if limit == "max_msgs" else 3 * one + one // 2
+    assert put(c, name, p, storage=storage, **{limit: value}).status_code == 200
     for _ in range(5):
         ack(c, f"{p}.a", b"0123456789")
-    assert state(c, name) == expect(3, 3 * size(f"{p}.a", b"0123456789"), 3, 5, 1)
+    assert state(c, name) == expect(3, 3 * one, 3, 5, 1)
     error(c.get(f"/v1/streams/{name}/messages/2"), 404, 10037)
-
-
-def test_max_bytes_discard_old(c: httpx.Client, storage: str) -> None:
-    name, p = new_stream(c, storage, max_bytes=10_000)
-    one = size(f"{p}.a", b"0123456789")
-    assert put(c, name, p, storage=storage, max_bytes=2 * one + one // 2).status_code == 200
-    for _ in range(4):
-        ack(c, f"{p}.a", b"0123456789")
-    assert state(c, name) == expect(2, 2 * one, 3, 4, 1)
 
 
 def test_max_msgs_per_subject_discard_old(c: httpx.Client, storage: str) -> None:
@@ -356,26 +391,20 @@ def test_max_msgs_per_subject_discard_old(c: httpx.Client, storage: str) -> None
     assert state(c, name) == expect(4, 2 * size(f"{p}.a") + 2 * size(f"{p}.b"), 3, 6, 2)
 
 
-def test_max_msgs_discard_new(c: httpx.Client, storage: str) -> None:
-    name, p = new_stream(c, storage, max_msgs=2, discard="new")
-    ack(c, f"{p}.a")
-    ack(c, f"{p}.a")
-    error(pub(c, f"{p}.a"), 503, 10077, "maximum messages exceeded")
-    assert state(c, name) == expect(2, 2 * size(f"{p}.a"), 1, 2, 1)
-    assert c.delete(f"/v1/streams/{name}/messages/1").status_code == 200
-    assert ack(c, f"{p}.a") == 3
-
-
-def test_max_bytes_discard_new(c: httpx.Client, storage: str) -> None:
-    name, p = new_stream(c, storage, discard="new", max_bytes=10_000)
+@pytest.mark.parametrize(
+    ("limit", "description"), [("max_msgs", "maximum messages exceeded"), ("max_bytes", "maximum bytes exceeded")]
+)
+def test_limit_with_discard_new(c: httpx.Client, storage: str, limit: str, description: str) -> None:
+    name, p = new_stream(c, storage, discard="new")
     one = size(f"{p}.a", b"data")
-    assert put(c, name, p, storage=storage, discard="new", max_bytes=2 * one).status_code == 200
+    value = 2 if limit == "max_msgs" else 2 * one
+    assert put(c, name, p, storage=storage, discard="new", **{limit: value}).status_code == 200
     ack(c, f"{p}.a", b"data")
     ack(c, f"{p}.a", b"data")
-    error(pub(c, f"{p}.a", b"data"), 503, 10077, "maximum bytes exceeded")
+    error(pub(c, f"{p}.a", b"data"), 503, 10077, description)
     assert state(c, name) == expect(2, 2 * one, 1, 2, 1)
-    assert c.post(f"/v1/streams/{name}/purge", json={}).json()["purged"] == 2
-    assert ack(c, f"{p}.a", b"data") == 3
+    assert c.delete(f"/v1/streams/{name}/messages/1").status_code == 200
+    assert ack(c, f"{p}.a", b"data") == 3  # the refused publish took no sequence
 
 
 def test_discard_new_per_subject(c: httpx.Client) -> None:
@@ -392,8 +421,8 @@ def test_discard_new_per_subject(c: httpx.Client) -> None:
 def test_deny_delete_and_deny_purge(c: httpx.Client) -> None:
     name, p = new_stream(c, deny_delete=True, deny_purge=True)
     ack(c, f"{p}.a")
-    error(c.delete(f"/v1/streams/{name}/messages/1"), 400, 10057)
-    error(c.post(f"/v1/streams/{name}/purge", json={}), 400, 10110)
+    error(c.delete(f"/v1/streams/{name}/messages/1"), 400, 10057, "message delete not permitted")
+    error(c.post(f"/v1/streams/{name}/purge", json={}), 400, 10110, "stream purge not permitted")
     assert state(c, name) == expect(1, size(f"{p}.a"), 1, 1, 1)
 
 
@@ -406,7 +435,8 @@ def test_get_by_sequence(c: httpx.Client, storage: str) -> None:
     ack(c, f"{p}.b", b"\x00\xff")
     msg = c.get(f"/v1/streams/{name}/messages/1").json()["message"]
     stored = {"Nats-Msg-Id": ["g1"], "Nats-Custom": ["v1", "v2"]}
-    assert {k: v for k, v in msg.items() if k != "time"} == {"subject": f"{p}.a", "seq": 1, "headers": stored, "data": b64(b"hello")}
+    want = {"subject": f"{p}.a", "seq": 1, "headers": stored, "data": b64(b"hello")}
+    assert {k: v for k, v in msg.items() if k != "time"} == want
     assert msg["time"].endswith("Z")
     plain = c.get(f"/v1/streams/{name}/messages/2").json()["message"]
     assert "headers" not in plain and plain["data"] == b64(b"\x00\xff")
@@ -449,130 +479,96 @@ def test_delete_message(c: httpx.Client, storage: str) -> None:
 
 # -- purge -------------------------------------------------------------------------------------
 
-def fill(c: httpx.Client, subjects: list[str]) -> None:
+ABABA = ["a", "b", "a", "b", "a"]
+# (id, subjects published as seqs 1..n with data "xy", purge body (filter relative to the prefix), purged, kept seqs)
+PURGES = [
+    ("all", ["a", "b", "a"], {}, 3, []),
+    ("wildcard-filter", ["a.x", "b.y", "b.x", "c"], {"filter": "*.x"}, 2, [2, 4]),
+    ("keep", ["a"] * 5, {"keep": 2}, 3, [4, 5]),
+    ("keep-all", ["a"] * 2, {"keep": 2}, 0, [1, 2]),
+    ("filter-keep", ABABA, {"filter": "a", "keep": 1}, 2, [2, 4, 5]),
+    ("filter-seq", ABABA, {"filter": "a", "seq": 3}, 1, [2, 3, 4, 5]),
+    ("filter-gt", ["a.x", "b", "a.y"], {"filter": ">"}, 3, []),
+    ("seq", ABABA, {"seq": 4}, 3, [4, 5]),
+    ("seq-1", ABABA, {"seq": 1}, 0, [1, 2, 3, 4, 5]),
+]
+
+
+@pytest.mark.parametrize(("published", "body", "purged", "kept"), [p[1:] for p in PURGES], ids=[p[0] for p in PURGES])
+def test_purge(
+    c: httpx.Client, storage: str, published: list[str], body: dict[str, Any], purged: int, kept: list[int]
+) -> None:
+    name, p = new_stream(c, storage)
+    subjects = [f"{p}.{s}" for s in published]
     for i, subject in enumerate(subjects, 1):
         assert ack(c, subject, b"xy") == i
-
-
-def purge(c: httpx.Client, name: str, **body: Any) -> int:
+    if "filter" in body:
+        body = {**body, "filter": body["filter"] if body["filter"] == ">" else f"{p}.{body['filter']}"}
     resp = c.post(f"/v1/streams/{name}/purge", json=body)
-    assert resp.status_code == 200 and resp.json()["success"] is True, resp.text
-    return int(resp.json()["purged"])
-
-
-def test_purge_all(c: httpx.Client, storage: str) -> None:
-    name, p = new_stream(c, storage)
-    fill(c, [f"{p}.a", f"{p}.b", f"{p}.a"])
-    assert purge(c, name) == 3
-    assert state(c, name) == expect(0, 0, 4, 3, 0)
-    assert ack(c, f"{p}.a", b"xy") == 4
-    assert state(c, name) == expect(1, size(f"{p}.a", b"xy"), 4, 4, 1)
-    assert c.post(f"/v1/streams/{name}/purge").json() == {"success": True, "purged": 1}  # an empty body
-
-
-def test_purge_by_wildcard_filter(c: httpx.Client, storage: str) -> None:
-    name, p = new_stream(c, storage)
-    fill(c, [f"{p}.a.x", f"{p}.b.y", f"{p}.b.x", f"{p}.c"])
-    assert purge(c, name, filter=f"{p}.*.x") == 2
-    assert state(c, name) == expect(2, size(f"{p}.b.y", b"xy") + size(f"{p}.c", b"xy"), 2, 4, 2, deleted=1)
-
-
-def test_purge_keep(c: httpx.Client, storage: str) -> None:
-    name, p = new_stream(c, storage)
-    fill(c, [f"{p}.a"] * 5)
-    assert purge(c, name, keep=2) == 3
-    assert state(c, name) == expect(2, 2 * size(f"{p}.a", b"xy"), 4, 5, 1)
-    assert purge(c, name, keep=2) == 0
-
-
-def test_purge_filter_with_keep(c: httpx.Client, storage: str) -> None:
-    name, p = new_stream(c, storage)
-    fill(c, [f"{p}.a", f"{p}.b", f"{p}.a", f"{p}.b", f"{p}.a"])
-    assert purge(c, name, filter=f"{p}.a", keep=1) == 2
-    assert state(c, name) == expect(3, size(f"{p}.a", b"xy") + 2 * size(f"{p}.b", b"xy"), 2, 5, 2, deleted=1)
-
-
-def test_purge_below_sequence(c: httpx.Client, storage: str) -> None:
-    name, p = new_stream(c, storage)
-    fill(c, [f"{p}.a", f"{p}.b", f"{p}.a", f"{p}.b", f"{p}.a"])
-    assert purge(c, name, filter=f"{p}.a", seq=3) == 1
-    assert state(c, name)["first_seq"] == 2
-    assert purge(c, name, seq=4) == 2
-    assert state(c, name) == expect(2, size(f"{p}.b", b"xy") + size(f"{p}.a", b"xy"), 4, 5, 2)
+    assert resp.status_code == 200 and resp.json() == {"success": True, "purged": purged}, resp.text
+    last = len(subjects)
+    first = kept[0] if kept else last + 1  # an emptied stream's first_seq is last_seq + 1
+    live = [subjects[seq - 1] for seq in kept]
+    held = sum(size(s, b"xy") for s in live)
+    deleted = (last - first + 1 - len(kept)) if kept else 0
+    assert state(c, name) == expect(len(kept), held, first, last, len(set(live)), deleted)
+    for seq in range(1, last + 1):
+        got = c.get(f"/v1/streams/{name}/messages/{seq}")
+        assert got.status_code == (200 if seq in kept else 404)
+    assert ack(c, f"{p}.next", b"xy") == last + 1
 
 
 def test_purge_sequence_past_the_end_moves_next_sequence(c: httpx.Client, storage: str) -> None:
     name, p = new_stream(c, storage)
-    fill(c, [f"{p}.a", f"{p}.b"])
-    assert purge(c, name, seq=10) == 2
+    ack(c, f"{p}.a", b"xy")
+    ack(c, f"{p}.b", b"xy")
+    assert c.post(f"/v1/streams/{name}/purge", json={"seq": 10}).json() == {"success": True, "purged": 2}
     assert state(c, name) == expect(0, 0, 10, 9, 0)
     assert ack(c, f"{p}.a", b"xy") == 10
     assert state(c, name) == expect(1, size(f"{p}.a", b"xy"), 10, 10, 1)
+    assert c.post(f"/v1/streams/{name}/purge").json() == {"success": True, "purged": 1}  # an empty body purges all
 
 
 # -- the batch route ---------------------------------------------------------------------------
-
-def batch_messages(p: str, q: str) -> tuple[list[dict[str, Any]], list[Any]]:
-    """Mixed good and bad messages for streams on `p` (fresh) and `q` (fresh); the acks expected."""
-    last_subject = "Nats-Expected-Last-Subject-Sequence"
-    messages: list[dict[str, Any]] = [
-        {"subject": f"{p}.a", "text": "one"},
-        {"subject": f"{p}.*", "text": "wildcard"},
-        {"subject": "nobody.here"},
-        {"subject": f"{p}.b", "data": b64(b"two"), "headers": {"Nats-Msg-Id": ["m1"]}},
-        {"subject": f"{q}.a", "text": "other stream"},
-        {"subject": f"{p}.b", "text": "again", "headers": {"nats-msg-id": "m1"}},
-        {"subject": f"{p}.c", "data": "%%%"},
-        {"subject": f"{p}.c", "text": "three", "headers": {"Nats-Expected-Last-Sequence": ["2"]}},
-        {"subject": f"{p}.c", "text": "late", "headers": {"Nats-Expected-Last-Sequence": ["2"]}},
-        {"subject": f"{p}.d", "headers": {last_subject: ["0"]}},
-        {"subject": f"{p}.d", "headers": {last_subject: ["0"]}},
-        {"subject": f"{p}.e", "headers": {"Nats-Expected-Last-Msg-Id": ["m1"]}},
-    ]
-    s, t = "S" + p[1:], "S" + q[1:]
-    acks: list[Any] = [
-        {"stream": s, "seq": 1},
-        10003,
-        10059,
-        {"stream": s, "seq": 2},
-        {"stream": t, "seq": 1},
-        {"stream": s, "seq": 2, "duplicate": True},
-        10003,
-        {"stream": s, "seq": 3},
-        10071,
-        {"stream": s, "seq": 4},
-        10071,
-        10070,  # the last stored message (seq 4) has no Msg-Id
-    ]
-    return messages, acks
-
-
-def check_acks(got: list[dict[str, Any]], expected: list[Any]) -> None:
-    assert len(got) == len(expected)
-    for ack_, want in zip(got, expected, strict=True):
-        if isinstance(want, int):
-            assert set(ack_) == {"error"} and ack_["error"]["err_code"] == want, ack_
-        else:
-            assert ack_ == want
-
 
 @pytest.mark.parametrize("encoding", ["json", "ndjson"])
 def test_batch_mixed_good_and_bad(c: httpx.Client, storage: str, encoding: str) -> None:
     name, p = new_stream(c, storage)
     other, q = new_stream(c, storage)
-    messages, expected = batch_messages(p, q)
+    els, elss = "Nats-Expected-Last-Sequence", "Nats-Expected-Last-Subject-Sequence"
+    two = {"stream": name, "seq": 2}
+    cases: list[tuple[dict[str, Any], Any]] = [  # (message, its ack or the err_code of its error)
+        ({"subject": f"{p}.a", "text": "one"}, {"stream": name, "seq": 1}),
+        ({"subject": f"{p}.*", "text": "wildcard"}, 10003),
+        ({"subject": "nobody.here"}, 10059),
+        ({"subject": f"{p}.b", "data": b64(b"two"), "headers": {"Nats-Msg-Id": ["m1"]}}, two),
+        ({"subject": f"{q}.a", "text": "other stream"}, {"stream": other, "seq": 1}),
+        ({"subject": f"{p}.b", "text": "again", "headers": {"nats-msg-id": "m1"}}, {**two, "duplicate": True}),
+        ({"subject": f"{p}.c", "data": "%%%"}, 10003),
+        ({"subject": f"{p}.c", "text": "three", "headers": {els: ["2"]}}, {"stream": name, "seq": 3}),
+        ({"subject": f"{p}.c", "text": "late", "headers": {els: ["2"]}}, 10071),
+        ({"subject": f"{p}.d", "headers": {elss: ["0"]}}, {"stream": name, "seq": 4}),
+        ({"subject": f"{p}.d", "headers": {elss: ["0"]}}, 10071),
+        ({"subject": f"{p}.e", "headers": {"Nats-Expected-Last-Msg-Id": ["m1"]}}, 10070),  # seq 4 has no Msg-Id
+    ]
+    messages = [m for m, _ in cases]
     if encoding == "json":
         resp = c.post("/v1/publish", json={"messages": messages})
     else:
         lines = b"\n".join(json.dumps(m).encode() for m in messages) + b"\n"
         resp = c.post("/v1/publish", content=lines, headers={"content-type": "application/x-ndjson"})
     assert resp.status_code == 200, resp.text
-    check_acks(resp.json()["acks"], expected)
-    assert [a["error"]["description"] for a in resp.json()["acks"] if "error" in a][3] == "wrong last sequence: 3"
+    acks = resp.json()["acks"]
+    assert len(acks) == len(cases)
+    for got, (_, want) in zip(acks, cases, strict=True):
+        if isinstance(want, int):
+            assert set(got) == {"error"} and got["error"]["err_code"] == want and got["error"]["code"] >= 400, got
+        else:
+            assert got == want
+    assert acks[8]["error"]["description"] == "wrong last sequence: 3"
     stored = (
         size(f"{p}.a", b"one") + size(f"{p}.b", b"two", {"Nats-Msg-Id": ["m1"]})
-        + size(f"{p}.c", b"three", {"Nats-Expected-Last-Sequence": ["2"]})
-        + size(f"{p}.d", b"", {"Nats-Expected-Last-Subject-Sequence": ["0"]})
+        + size(f"{p}.c", b"three", {els: ["2"]}) + size(f"{p}.d", b"", {elss: ["0"]})
     )
     assert state(c, name) == expect(4, stored, 1, 4, 4)
     assert state(c, other) == expect(1, size(f"{q}.a", b"other stream"), 1, 1, 1)

@@ -1,0 +1,231 @@
+"""Consumers: `$JS.API.CONSUMER.*`, pulls that long-poll, acks, and `consume()` over server-sent events."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from api.body import json_object
+from api.responses import json_response
+from api.waiters import Waiters
+from engine import JetStream, JetStreamError, errors
+from engine.consumer import Delivery
+from engine.info import stored_message_json
+
+router = APIRouter(prefix="/v1/streams/{stream}/consumers")
+
+NS = 1_000_000_000
+DEFAULT_EXPIRES = 30 * NS
+MAX_EXPIRES = 300 * NS
+_NEXT_FIELDS = {"batch", "expires", "no_wait", "max_bytes", "idle_heartbeat"}
+
+
+def _engine(request: Request) -> JetStream:
+    return request.app.state.engine  # type: ignore[no-any-return]
+
+
+def _waiters(request: Request) -> Waiters:
+    return request.app.state.waiters  # type: ignore[no-any-return]
+
+
+@router.post("")
+async def create_consumer(request: Request, stream: str) -> Response:
+    body = await json_object(request)
+    info, created = await run_in_threadpool(_engine(request).add_consumer, stream, body)
+    return json_response(info, 201 if created else 200)
+
+
+@router.get("")
+def list_consumers(request: Request, stream: str, offset: int = 0, limit: int = 256) -> Response:
+    return json_response(_engine(request).list_consumers(stream, offset, limit))
+
+
+@router.get("/{consumer}")
+def consumer_info(request: Request, stream: str, consumer: str) -> Response:
+    return json_response(_engine(request).consumer_info(stream, consumer))
+
+
+@router.put("/{consumer}")
+async def update_consumer(request: Request, stream: str, consumer: str) -> Response:
+    body = await json_object(request)
+    return json_response(await run_in_threadpool(_engine(request).update_consumer, stream, consumer, body))
+
+
+@router.delete("/{consumer}")
+def delete_consumer(request: Request, stream: str, consumer: str) -> Response:
+    _engine(request).delete_consumer(stream, consumer)
+    return json_response({"success": True})
+
+
+def delivered_json(d: Delivery, headers_only: bool) -> dict[str, Any]:
+    out = stored_message_json(d.msg)
+    if headers_only:
+        out["headers"] = {**(d.msg.headers or {}), "Nats-Msg-Size": [str(len(d.msg.data))]}
+        out["data"] = ""
+    out.update(consumer_seq=d.consumer_seq, num_delivered=d.num_delivered, num_pending=d.num_pending, ack=d.token)
+    return out
+
+
+def _int(body: dict[str, Any], key: str, default: int) -> int:
+    value = body.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise errors.bad_request(f"{key} must be a non-negative integer")
+    return value
+
+
+class _Pull:
+    """One pull request checked against the consumer's caps (max_batch, max_expires, max_bytes)."""
+
+    def __init__(self, body: dict[str, Any], config: dict[str, Any]) -> None:
+        unknown = set(body) - _NEXT_FIELDS
+        if unknown:
+            raise errors.bad_request(f"unknown pull request field {sorted(unknown)[0]!r}")
+        self.batch = _int(body, "batch", 1) or 1
+        self.expires = _int(body, "expires", 0)
+        self.max_bytes = _int(body, "max_bytes", 0)
+        no_wait = body.get("no_wait", False)
+        if not isinstance(no_wait, bool):
+            raise errors.bad_request("no_wait must be a boolean")
+        self.no_wait = no_wait
+        if config.get("max_batch") and self.batch > config["max_batch"]:
+            raise errors.JetStreamError(409, errors.ErrorCode.BAD_REQUEST, f"Exceeded MaxRequestBatch of {config['max_batch']}")
+        if config.get("max_expires") and self.expires > config["max_expires"]:
+            raise errors.JetStreamError(409, errors.ErrorCode.BAD_REQUEST, f"Exceeded MaxRequestExpires of {config['max_expires']}")
+        if config.get("max_bytes") and self.max_bytes > config["max_bytes"]:
+            raise errors.JetStreamError(409, errors.ErrorCode.BAD_REQUEST, f"Exceeded MaxRequestMaxBytes of {config['max_bytes']}")
+        if self.expires == 0:
+            self.expires = config.get("max_expires") or DEFAULT_EXPIRES
+        self.expires = min(self.expires, MAX_EXPIRES)
+
+
+@router.post("/{consumer}/next")
+async def next_messages(request: Request, stream: str, consumer: str) -> Response:
+    engine = _engine(request)
+    body = await json_object(request, allow_empty=True)
+    target = engine.consumers.get(engine.stream(stream), consumer)
+    config = target.config.to_json()
+    pull = _Pull(body, config)
+    if target.waiting >= (config.get("max_waiting") or 512):
+        raise errors.JetStreamError(409, errors.ErrorCode.BAD_REQUEST, "Exceeded MaxWaiting")
+    deadline = time.monotonic() + pull.expires / NS
+    got: list[Delivery] = []
+    budget = pull.max_bytes
+    target.waiting += 1
+    try:
+        while True:
+            batch = await run_in_threadpool(engine.fetch, stream, consumer, pull.batch - len(got), budget)
+            got += batch
+            if pull.max_bytes:
+                budget = max(pull.max_bytes - sum(len(d.msg.data) for d in got), 0)
+                if budget == 0:
+                    break
+            if len(got) >= pull.batch or pull.no_wait or target.deleted:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0 or await request.is_disconnected():
+                break
+            await _waiters(request).wait(stream, min(left, _redelivery_wait(target)))
+    finally:
+        target.waiting -= 1
+    headers_only = bool(config.get("headers_only"))
+    return Response(orjson.dumps({"messages": [delivered_json(d, headers_only) for d in got]}), media_type="application/json")
+
+
+def _redelivery_wait(target: Any) -> float:
+    deadline = target.next_deadline()
+    if deadline is None:
+        return 1.0
+    return max(min((deadline - time.time_ns()) / NS, 1.0), 0.001)
+
+
+@router.post("/{consumer}/ack")
+async def ack(request: Request, stream: str, consumer: str) -> Response:
+    body = await json_object(request)
+    items = body.get("acks")
+    if set(body) != {"acks"} or not isinstance(items, list) or not items:
+        raise errors.bad_request('an ack body is {"acks": [{"token" or "seq", "type", "delay"?}]}')
+    parsed: list[tuple[str | int, str, int]] = []
+    bad: dict[int, JetStreamError] = {}
+    for i, item in enumerate(items):
+        try:
+            parsed.append(_ack_item(item))
+        except JetStreamError as exc:
+            bad[i] = exc
+    results = await run_in_threadpool(_engine(request).ack, stream, consumer, parsed) if parsed else []
+    out: list[dict[str, Any]] = []
+    it = iter(results)
+    for i in range(len(items)):
+        err = bad.get(i) or next(it)
+        out.append({"ok": True} if err is None else {"error": err.to_dict()})
+    return json_response({"results": out})
+
+
+def _ack_item(item: Any) -> tuple[str | int, str, int]:
+    if not isinstance(item, dict) or not set(item) <= {"token", "seq", "type", "delay", "reason"}:
+        raise errors.bad_request("each ack is {token or seq, type, delay?, reason?}")
+    ref = item.get("token", item.get("seq"))
+    if ("token" in item) == ("seq" in item):
+        raise errors.bad_request("give token or seq")
+    if "token" in item and not isinstance(ref, str):
+        raise errors.bad_request("token must be a string")
+    if "seq" in item and (not isinstance(ref, int) or isinstance(ref, bool) or ref <= 0):
+        raise errors.bad_request("seq must be a positive integer")
+    kind = item.get("type", "ack")
+    delay = item.get("delay", 0)
+    if not isinstance(delay, int) or isinstance(delay, bool) or delay < 0:
+        raise errors.bad_request("delay must be a non-negative integer of nanoseconds")
+    if not isinstance(kind, str):
+        raise errors.bad_request("type must be one of ack, nak, wpi, term")
+    return ref, kind, delay  # type: ignore[return-value]
+
+
+@router.get("/{consumer}/messages")
+async def consume(request: Request, stream: str, consumer: str, max_messages: int = 100, idle_heartbeat: int = 5 * NS) -> Response:
+    engine = _engine(request)
+    target = engine.consumers.get(engine.stream(stream), consumer)
+    if max_messages <= 0 or max_messages > 10_000:
+        raise errors.bad_request("max_messages must be between 1 and 10000")
+    if idle_heartbeat < 100_000_000:
+        raise errors.bad_request("idle_heartbeat must be at least 100ms")
+    return StreamingResponse(
+        _events(request, engine, stream, consumer, target, max_messages, idle_heartbeat / NS),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _events(
+    request: Request, engine: JetStream, stream: str, consumer: str, target: Any, max_messages: int, heartbeat: float
+) -> AsyncIterator[bytes]:
+    headers_only = bool(target.config.headers_only)
+    original = target.config.replay_policy == "original"
+    last_beat = time.monotonic()
+    previous_ts: int | None = None
+    target.waiting += 1
+    try:
+        while not target.deleted and not await request.is_disconnected():
+            try:
+                batch = await run_in_threadpool(engine.fetch, stream, consumer, max_messages, 0)
+            except JetStreamError:
+                break
+            for d in batch:
+                if original and previous_ts is not None:
+                    await asyncio.sleep(max(d.msg.ts - previous_ts, 0) / NS)
+                previous_ts = d.msg.ts
+                yield b"event: message\ndata: " + orjson.dumps(delivered_json(d, headers_only)) + b"\n\n"
+            if batch:
+                last_beat = time.monotonic()
+                continue
+            if time.monotonic() - last_beat >= heartbeat:
+                yield b"event: heartbeat\ndata: {}\n\n"
+                last_beat = time.monotonic()
+            await _waiters(request).wait(stream, min(heartbeat, _redelivery_wait(target)))
+    finally:
+        target.waiting -= 1

@@ -1,0 +1,41 @@
+"""Waking pulls that wait: the engine says which stream changed, waiting requests of it wake at once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+
+
+class Waiters:
+    """Per-stream sets of events; `wake` is called from any thread through the loop."""
+
+    def __init__(self) -> None:
+        self._events: dict[str, set[asyncio.Event]] = defaultdict(set)
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def wake_threadsafe(self, stream: str) -> None:
+        loop = self._loop
+        if loop is not None and self._events.get(stream):
+            loop.call_soon_threadsafe(self._wake, stream)
+
+    def _wake(self, stream: str) -> None:
+        for event in self._events.get(stream, ()):
+            event.set()
+
+    async def wait(self, stream: str, timeout: float) -> None:
+        """Returns when the stream changes or `timeout` seconds pass."""
+        if timeout <= 0:
+            return
+        event = asyncio.Event()
+        self._events[stream].add(event)
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except TimeoutError:
+            pass
+        finally:
+            self._events[stream].discard(event)
+            if not self._events[stream]:
+                del self._events[stream]

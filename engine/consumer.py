@@ -1,0 +1,397 @@
+"""A consumer: JetStream's delivery cursor, pending acknowledgements, redelivery and ack floor.
+
+Every change of state is an `AckEvent` (a delivery, an ack, a nak, ...). Live operations build the
+event, log it (the caller appends it to the ack log before answering) and apply it; recovery applies
+the logged events again, so the state after a restart is the state before it. The machine is
+synchronous and driven by the timestamps in its events; the stream's lock serialises it with the
+stream it reads. Glossary against nats-server: `dseq` = delivered.consumer_seq, `sseq` = next_seq,
+`adflr`/`asflr` = ack_floor, `rdc` = deliveries, `rdq` = the redelivery queue.
+Counterpart: server/consumer.go (getNextMsg, processAckMsg, checkPending).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from engine import errors
+from engine.consumer_config import ConsumerConfig, filters
+from engine.info import parse_rfc3339, rfc3339
+from engine.store.base import StoredMessage
+from engine.subjects import any_match
+
+if TYPE_CHECKING:
+    from engine.stream import Stream
+
+DELIVER, ACK, NAK, WPI, TERM, EXHAUSTED = "deliver", "ack", "nak", "wpi", "term", "max_deliver"
+ACK_KINDS = {"ack": ACK, "nak": NAK, "wpi": WPI, "term": TERM}
+SCAN_WINDOW = 4096
+
+
+@dataclass(slots=True)
+class AckEvent:
+    kind: str
+    stream_seq: int
+    consumer_seq: int = 0
+    count: int = 0
+    ts: int = 0
+    delay: int = 0
+
+
+@dataclass(slots=True)
+class Pending:
+    consumer_seq: int
+    delivered_at: int
+    deadline: int
+
+
+@dataclass(slots=True)
+class Delivery:
+    msg: StoredMessage
+    consumer_seq: int
+    num_delivered: int
+    num_pending: int
+    token: str
+
+
+@dataclass
+class ConsumerState:
+    """What survives a restart, as a snapshot row of the ack table holds it."""
+
+    next_seq: int
+    delivered_consumer_seq: int = 0
+    delivered_stream_seq: int = 0
+    ack_floor_consumer_seq: int = 0
+    ack_floor_stream_seq: int = 0
+    pending: dict[int, Pending] = field(default_factory=dict)
+    deliveries: dict[int, int] = field(default_factory=dict)
+    last_per_subject: deque[int] = field(default_factory=deque)
+    exhausted: set[int] = field(default_factory=set)
+    last_delivered_at: int = 0
+    last_acked_at: int = 0
+
+
+class Consumer:
+    """One consumer of one stream."""
+
+    def __init__(
+        self, stream: Stream, config: ConsumerConfig, name: str, consumer_id: str, created_ns: int, ephemeral: bool
+    ) -> None:
+        self.stream = stream
+        self.config = config
+        self.name = name
+        self.consumer_id = consumer_id
+        self.created_ns = created_ns
+        self.ephemeral = ephemeral
+        self.filters = filters(config)
+        self.state = ConsumerState(next_seq=1)
+        self._due: list[tuple[int, int]] = []  # (deadline, stream_seq), lazily invalidated
+        self._redeliver: list[int] = []  # stream seqs due for redelivery, a heap
+        self._queued: set[int] = set()
+        self.waiting = 0
+        self.acked: list[int] = []  # stream seqs the last applied events took out of pending by an ack
+        self.last_activity = created_ns
+        self.deleted = False
+        self.events_since_snapshot = 0
+
+    # -- position -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Places the cursor by the deliver policy, on a new consumer (stream lock held)."""
+        c, ix = self.config, self.stream.index
+        policy = c.deliver_policy
+        last = ix.last_seq
+        if policy == "all":
+            start = ix.first_seq if ix.msgs else last + 1
+        elif policy == "last":
+            start = (max(ix.last_seq_for(f) for f in self.filters) if self.filters else last) or last + 1
+        elif policy == "new":
+            start = last + 1
+        elif policy == "by_start_sequence":
+            start = c.opt_start_seq or 1
+        elif policy == "by_start_time":
+            start = ix.seq_at_or_after_time(parse_rfc3339(c.opt_start_time or "")) or last + 1
+        else:
+            lps = sorted(ix.last_seq_for(s) for f in self.filters for s in ix.subjects_state(f))
+            self.state.last_per_subject = deque(lps)
+            start = lps[0] if lps else last + 1
+            self.state.next_seq = last + 1
+        if policy != "last_per_subject":
+            self.state.next_seq = max(start, 1)
+        self.state.delivered_stream_seq = self.state.ack_floor_stream_seq = max(start - 1, 0)
+
+    @property
+    def ack_none(self) -> bool:
+        return self.config.ack_policy == "none"
+
+    def matches(self, subject: str) -> bool:
+        return not self.filters or any_match(self.filters, subject)
+
+    # -- delivery -----------------------------------------------------------------------------
+
+    def fetch(self, batch: int, max_bytes: int, now: int) -> tuple[list[Delivery], list[AckEvent]]:
+        """Up to `batch` messages: redeliveries first, then new ones; nothing past `max_ack_pending`."""
+        self.last_activity = now
+        events: list[AckEvent] = []
+        self._collect_due(now, events)
+        picks: list[tuple[int, int]] = []  # (stream_seq, deliveries so far)
+        budget = max_bytes if max_bytes > 0 else None
+        ix = self.stream.index
+        while len(picks) < batch and self._redeliver:
+            seq = heapq.heappop(self._redeliver)
+            self._queued.discard(seq)
+            if seq not in self.state.pending:
+                continue
+            if not ix.is_live(seq):
+                self._drop_pending(seq)
+                continue
+            if budget is not None and picks and ix.size_of(seq) > budget:
+                self._queue_redelivery(seq)
+                break
+            if budget is not None:
+                budget -= ix.size_of(seq)
+            picks.append((seq, self.state.deliveries.get(seq, 1)))
+        if len(picks) < batch:
+            for seq in self._new_seqs(batch - len(picks)):
+                if budget is not None and picks and ix.size_of(seq) > budget:
+                    break
+                if budget is not None:
+                    budget -= ix.size_of(seq)
+                picks.append((seq, 0))
+        loaded = self.stream.store.load_many(sorted(s for s, _ in picks), ix) if picks else {}
+        deliveries: list[Delivery] = []
+        remaining = self.num_pending_after([s for s, c in picks if c == 0 and s in loaded])
+        new_after = sum(1 for s, c in picks if c == 0 and s in loaded)
+        for seq, count in picks:
+            msg = loaded.get(seq)
+            if msg is None:
+                if count:
+                    self._drop_pending(seq)
+                continue
+            if count == 0:
+                new_after -= 1
+            event = AckEvent(DELIVER, seq, self.state.delivered_consumer_seq + 1, count + 1, now)
+            self.apply(event)
+            events.append(event)
+            deliveries.append(Delivery(msg, event.consumer_seq, event.count, remaining + new_after, self.token(seq, event)))
+        return deliveries, events
+
+    def _new_seqs(self, limit: int) -> list[int]:
+        if not self.ack_none and self.config.max_ack_pending > 0:
+            limit = min(limit, self.config.max_ack_pending - len(self.state.pending))
+        if limit <= 0:
+            return []
+        out: list[int] = []
+        lps = self.state.last_per_subject
+        ix = self.stream.index
+        for seq in list(lps)[:limit]:
+            if ix.is_live(seq):
+                out.append(seq)
+        if len(out) >= limit or (lps and len(out) < len(lps)):
+            return out[:limit]
+        start = self.state.next_seq
+        while len(out) < limit and start <= ix.last_seq:
+            window = max(SCAN_WINDOW, limit * 4)
+            found = ix.live_seqs(self.filters or None, start=start, stop=start + window)
+            out.extend(int(s) for s in found[: limit - len(out)])
+            start += window
+        return out
+
+    def num_pending_after(self, delivering: list[int]) -> int:
+        """Undelivered matching messages once `delivering` (new ones, ascending) are delivered."""
+        start = max(delivering[-1] + 1 if delivering else 0, self.state.next_seq)
+        lps = sum(1 for s in self.state.last_per_subject if s not in delivering and self.stream.index.is_live(s))
+        return self.stream.index.count_live(self.filters or None, start) + lps
+
+    def token(self, seq: int, event: AckEvent) -> str:
+        return f"{self.consumer_id}.{seq}.{event.consumer_seq}.{event.count}"
+
+    # -- acknowledgements ---------------------------------------------------------------------
+
+    def ack(self, seq: int, kind: str, delay: int, now: int) -> list[AckEvent]:
+        """Applies one ack of `kind` (ack, nak, wpi, term) for stream sequence `seq`."""
+        self.last_activity = now
+        if self.ack_none:
+            raise errors.bad_request("the consumer's ack policy is none: nothing to acknowledge")
+        if kind not in ACK_KINDS:
+            raise errors.bad_request(f"unknown ack type {kind!r}: one of ack, nak, wpi, term")
+        if delay < 0:
+            raise errors.bad_request("a nak delay must not be negative")
+        if seq not in self.state.pending:
+            if self.config.ack_policy == "all" and kind in ("ack", "term") and self._acks_pending_below(seq):
+                pass
+            elif seq <= self.state.delivered_stream_seq and seq > 0:
+                raise errors.bad_request(f"message {seq} is not pending acknowledgement (already acknowledged)")
+            else:
+                raise errors.bad_request(f"message {seq} was not delivered to this consumer")
+        event = AckEvent(ACK_KINDS[kind], seq, 0, 0, now, delay)
+        self.apply(event)
+        return [event]
+
+    def _acks_pending_below(self, seq: int) -> bool:
+        return any(s <= seq for s in self.state.pending)
+
+    def _collect_due(self, now: int, events: list[AckEvent]) -> None:
+        """Pending messages whose ack wait ran out join the redelivery queue, unless out of deliveries."""
+        max_deliver = self.config.max_deliver
+        while self._due and self._due[0][0] <= now:
+            deadline, seq = heapq.heappop(self._due)
+            pending = self.state.pending.get(seq)
+            if pending is None or pending.deadline != deadline:
+                continue
+            if max_deliver > 0 and self.state.deliveries.get(seq, 1) >= max_deliver:
+                event = AckEvent(EXHAUSTED, seq, 0, 0, now)
+                self.apply(event)
+                events.append(event)
+                continue
+            self._queue_redelivery(seq)
+
+    def _queue_redelivery(self, seq: int) -> None:
+        if seq not in self._queued:
+            self._queued.add(seq)
+            heapq.heappush(self._redeliver, seq)
+
+    def next_deadline(self) -> int | None:
+        while self._due:
+            deadline, seq = self._due[0]
+            pending = self.state.pending.get(seq)
+            if pending is not None and pending.deadline == deadline:
+                return deadline
+            heapq.heappop(self._due)
+        return None
+
+    # -- the state machine --------------------------------------------------------------------
+
+    def ack_wait_for(self, count: int) -> int:
+        backoff = self.config.backoff
+        if backoff:
+            return backoff[min(count - 1, len(backoff) - 1)]
+        return self.config.ack_wait
+
+    def apply(self, e: AckEvent) -> None:
+        st = self.state
+        self.events_since_snapshot += 1
+        if e.kind == DELIVER:
+            st.delivered_consumer_seq = max(st.delivered_consumer_seq, e.consumer_seq)
+            st.delivered_stream_seq = max(st.delivered_stream_seq, e.stream_seq)
+            st.last_delivered_at = e.ts
+            if st.last_per_subject and st.last_per_subject[0] == e.stream_seq:
+                st.last_per_subject.popleft()
+            elif e.count == 1 and e.stream_seq >= st.next_seq:
+                st.next_seq = e.stream_seq + 1
+            if self.ack_none:
+                st.ack_floor_consumer_seq, st.ack_floor_stream_seq = st.delivered_consumer_seq, st.delivered_stream_seq
+                return
+            deadline = e.ts + self.ack_wait_for(e.count)
+            st.pending[e.stream_seq] = Pending(e.consumer_seq, e.ts, deadline)
+            st.deliveries[e.stream_seq] = e.count
+            heapq.heappush(self._due, (deadline, e.stream_seq))
+        elif e.kind in (ACK, TERM):
+            st.last_acked_at = e.ts
+            if self.config.ack_policy == "all":
+                for seq in sorted(s for s in st.pending if s <= e.stream_seq):
+                    if self._drop_pending(seq):
+                        self.acked.append(seq)
+            elif self._drop_pending(e.stream_seq):
+                self.acked.append(e.stream_seq)
+        elif e.kind == NAK:
+            pending = st.pending.get(e.stream_seq)
+            if pending is not None:
+                pending.deadline = e.ts + e.delay
+                if e.delay:
+                    heapq.heappush(self._due, (pending.deadline, e.stream_seq))
+                else:
+                    self._queue_redelivery(e.stream_seq)
+        elif e.kind == WPI:
+            pending = st.pending.get(e.stream_seq)
+            if pending is not None:
+                pending.deadline = e.ts + self.ack_wait_for(st.deliveries.get(e.stream_seq, 1))
+                heapq.heappush(self._due, (pending.deadline, e.stream_seq))
+        elif e.kind == EXHAUSTED:
+            st.exhausted.add(e.stream_seq)
+            self._drop_pending(e.stream_seq)
+
+    def _drop_pending(self, seq: int) -> bool:
+        """Takes `seq` out of pending and moves the ack floor as nats-server's processAckMsg does."""
+        st = self.state
+        pending = st.pending.pop(seq, None)
+        if pending is None:
+            return False
+        st.deliveries.pop(seq, None)
+        if not st.pending:
+            st.ack_floor_consumer_seq = st.delivered_consumer_seq
+            st.ack_floor_stream_seq = st.delivered_stream_seq
+        elif pending.consumer_seq == st.ack_floor_consumer_seq + 1:
+            low = min(st.pending)
+            st.ack_floor_stream_seq = low - 1
+            st.ack_floor_consumer_seq = st.pending[low].consumer_seq - 1
+        return True
+
+    # -- retention ----------------------------------------------------------------------------
+
+    def needs(self, seqs: np.ndarray, subjects_match: np.ndarray) -> np.ndarray:
+        """Which of `seqs` this consumer still needs (JetStream's interest rule)."""
+        st = self.state
+        above = seqs > st.ack_floor_stream_seq
+        undelivered = seqs >= st.next_seq
+        held = np.isin(seqs, np.fromiter(list(st.pending) + list(st.exhausted), np.int64))
+        return subjects_match & above & (undelivered | held)
+
+    def acknowledged(self, seq: int) -> bool:
+        st = self.state
+        return seq < st.next_seq and seq not in st.pending and seq not in st.exhausted and seq not in st.last_per_subject
+
+    # -- info and snapshots -------------------------------------------------------------------
+
+    def info(self, now: int) -> dict[str, Any]:
+        st = self.state
+        delivered: dict[str, Any] = {"consumer_seq": st.delivered_consumer_seq, "stream_seq": st.delivered_stream_seq}
+        if st.last_delivered_at:
+            delivered["last_active"] = rfc3339(st.last_delivered_at)
+        ack_floor: dict[str, Any] = {"consumer_seq": st.ack_floor_consumer_seq, "stream_seq": st.ack_floor_stream_seq}
+        if st.last_acked_at:
+            ack_floor["last_active"] = rfc3339(st.last_acked_at)
+        return {
+            "stream_name": self.stream.name,
+            "name": self.name,
+            "created": rfc3339(self.created_ns),
+            "config": self.config.to_json(),
+            "delivered": delivered,
+            "ack_floor": ack_floor,
+            "num_ack_pending": len(st.pending),
+            "num_redelivered": sum(1 for s in st.pending if st.deliveries.get(s, 1) > 1),
+            "num_waiting": self.waiting,
+            "num_pending": self.num_pending_after([]),
+            "ts": rfc3339(now),
+        }
+
+    def snapshot(self) -> dict[str, Any]:
+        st = self.state
+        return {
+            "next_seq": st.next_seq,
+            "delivered": [st.delivered_consumer_seq, st.delivered_stream_seq, st.last_delivered_at],
+            "ack_floor": [st.ack_floor_consumer_seq, st.ack_floor_stream_seq, st.last_acked_at],
+            "pending": [[s, p.consumer_seq, p.delivered_at, p.deadline, st.deliveries.get(s, 1)] for s, p in st.pending.items()],
+            "last_per_subject": list(st.last_per_subject),
+            "exhausted": sorted(st.exhausted),
+        }
+
+    def restore(self, snap: dict[str, Any]) -> None:
+        st = ConsumerState(next_seq=snap["next_seq"])
+        st.delivered_consumer_seq, st.delivered_stream_seq, st.last_delivered_at = snap["delivered"]
+        st.ack_floor_consumer_seq, st.ack_floor_stream_seq, st.last_acked_at = snap["ack_floor"]
+        for seq, cseq, at, deadline, count in snap["pending"]:
+            st.pending[seq] = Pending(cseq, at, deadline)
+            st.deliveries[seq] = count
+        st.last_per_subject = deque(snap["last_per_subject"])
+        st.exhausted = set(snap["exhausted"])
+        self.state = st
+        self._due = [(p.deadline, s) for s, p in st.pending.items()]
+        heapq.heapify(self._due)
+        self._redeliver = []
+        self._queued = set()
+        self.events_since_snapshot = 0

@@ -1,0 +1,280 @@
+"""The consumers of an account: lifecycle, durable state, pulls, acks, interest and work-queue retention.
+
+Consumer configs live in `_system/consumers/<stream>/<name>.json`; their state is the ack table's
+events (engine/store/acks.py), replayed on start. A pull or an ack changes state under the stream's
+lock, then its events are appended to the ack log before the caller is answered. On work-queue
+streams an acknowledged message leaves the stream at once; on interest streams a message leaves once
+no consumer that matches it still needs it, and is not kept at all when none matches. Those removals
+are tombstones, like purges. Counterpart: server/consumer.go and the retention parts of stream.go.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import shutil
+import string
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import orjson
+
+from engine import errors
+from engine.clock import Clock
+from engine.consumer import AckEvent, Consumer, Delivery
+from engine.consumer_config import ConsumerConfig, check_consumer_config, check_consumer_update, parse_consumer_config
+from engine.store.acks import SNAPSHOT, AckStore, EventRow
+from engine.store.files import atomic_write
+from engine.store.layout import Layout
+
+if TYPE_CHECKING:
+    from engine.stream import Stream
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_EVERY = 10_000
+_NAME_ALPHABET = string.ascii_uppercase + string.digits
+
+
+class Consumers:
+    """Every consumer of every stream of one account."""
+
+    def __init__(self, layout: Layout, clock: Clock, sync_always: bool) -> None:
+        self.layout = layout
+        self.clock = clock
+        self.acks = AckStore(layout, sync_always)
+        self.notify: Callable[[str], None] | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def open(self, streams: dict[str, Stream]) -> None:
+        self.acks.create()
+        histories = self.acks.recover()
+        for stream in streams.values():
+            folder = self.layout.consumer_configs / stream.name
+            for path in sorted(folder.glob("*.json")) if folder.exists() else []:
+                record = orjson.loads(path.read_bytes())
+                config = parse_consumer_config(record["config"])
+                consumer = Consumer(stream, config, record["name"], record["consumer_id"], record["created"], record["ephemeral"])
+                history = histories.get(consumer.consumer_id)
+                consumer.restore(history.snapshot if history and history.snapshot else record["start"])
+                for event in history.events if history else []:
+                    consumer.apply(event)
+                consumer.acked.clear()
+                stream.consumers[consumer.name] = consumer
+            with stream.lock:
+                self._sweep(stream)
+
+    def add(self, stream: Stream, body: dict[str, Any], consumer_name: str | None = None) -> tuple[dict[str, Any], bool]:
+        config = parse_consumer_config(body)
+        name = config.durable_name or config.name
+        if consumer_name is not None and name and name != consumer_name:
+            raise errors.bad_request("consumer name in the path does not match the configuration")
+        ephemeral = not config.durable_name
+        with stream.lock:
+            others = [c.config for n, c in stream.consumers.items() if n != name]
+            config = check_consumer_config(config, stream.config, ephemeral=ephemeral, existing_consumers=others)
+            name = config.durable_name or config.name or "".join(secrets.choice(_NAME_ALPHABET) for _ in range(8))
+            existing = stream.consumers.get(name)
+            if existing is not None:
+                if existing.config.to_json() == _named(config, name).to_json():
+                    return existing.info(self.clock.now_ns()), False
+                raise errors.JetStreamError(400, 10148, "consumer already exists")
+            if stream.config.max_consumers > 0 and len(stream.consumers) >= stream.config.max_consumers:
+                raise errors.JetStreamError(400, errors.ErrorCode.MAXIMUM_CONSUMERS_LIMIT, "maximum consumers limit reached")
+            now = self.clock.now_ns()
+            consumer = Consumer(stream, _named(config, name), name, uuid.uuid4().hex, now, ephemeral)
+            consumer.start()
+            if stream.config.storage == "file":
+                self._write_config(consumer)
+            stream.consumers[name] = consumer
+            return consumer.info(now), True
+
+    def update(self, stream: Stream, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        config = parse_consumer_config(body)
+        with stream.lock:
+            consumer = self.get(stream, name)
+            others = [c.config for n, c in stream.consumers.items() if n != name]
+            config = _named(
+                check_consumer_config(config, stream.config, ephemeral=consumer.ephemeral, existing_consumers=others), name
+            )
+            check_consumer_update(consumer.config, config)
+            consumer.config = config
+            if stream.config.storage == "file":
+                self._write_config(consumer)
+            return consumer.info(self.clock.now_ns())
+
+    def delete(self, stream: Stream, name: str) -> None:
+        with stream.lock:
+            consumer = self.get(stream, name)
+            self._remove(stream, consumer)
+
+    def _remove(self, stream: Stream, consumer: Consumer) -> None:
+        consumer.deleted = True
+        del stream.consumers[consumer.name]
+        (self.layout.consumer_configs / stream.name / f"{consumer.name}.json").unlink(missing_ok=True)
+        self.acks.forget(consumer.consumer_id)
+        self._sweep(stream)
+        self._notify(stream)
+
+    def drop_stream(self, stream: Stream) -> None:
+        for consumer in list(stream.consumers.values()):
+            consumer.deleted = True
+            self.acks.forget(consumer.consumer_id)
+        stream.consumers.clear()
+        shutil.rmtree(self.layout.consumer_configs / stream.name, ignore_errors=True)
+
+    def get(self, stream: Stream, name: str) -> Consumer:
+        consumer = stream.consumers.get(name)
+        if consumer is None:
+            raise errors.JetStreamError(404, 10014, "consumer not found")
+        return consumer
+
+    def info(self, stream: Stream, name: str) -> dict[str, Any]:
+        with stream.lock:
+            return self.get(stream, name).info(self.clock.now_ns())
+
+    def list(self, stream: Stream, offset: int, limit: int) -> dict[str, Any]:
+        if offset < 0 or limit <= 0:
+            raise errors.bad_request("offset must be ≥ 0 and limit > 0")
+        with stream.lock:
+            consumers = [stream.consumers[n] for n in sorted(stream.consumers)]
+            now = self.clock.now_ns()
+            page = [c.info(now) for c in consumers[offset : offset + limit]]
+        return {"total": len(consumers), "offset": offset, "limit": limit, "consumers": page}
+
+    def _write_config(self, consumer: Consumer) -> None:
+        record = {
+            "config": consumer.config.to_json(),
+            "name": consumer.name,
+            "consumer_id": consumer.consumer_id,
+            "created": consumer.created_ns,
+            "ephemeral": consumer.ephemeral,
+            "start": consumer.snapshot(),
+        }
+        atomic_write(self.layout.consumer_configs / consumer.stream.name / f"{consumer.name}.json", orjson.dumps(record))
+
+    # -- pulls and acks -----------------------------------------------------------------------
+
+    def fetch(self, stream: Stream, name: str, batch: int, max_bytes: int = 0) -> list[Delivery]:
+        """What a pull gets now (maybe nothing); the deliveries are logged before they are returned."""
+        with stream.lock:
+            consumer = self.get(stream, name)
+            stream.expire_now()
+            deliveries, events = consumer.fetch(batch, max_bytes, self.clock.now_ns())
+            rows = self._rows(consumer, events)
+        self.acks.append(rows)
+        return deliveries
+
+    def ack(self, stream: Stream, name: str, acks: list[tuple[str | int, str, int]]) -> list[errors.JetStreamError | None]:
+        """Applies acks given by token or stream sequence; one result per ack, logged before returning."""
+        results: list[errors.JetStreamError | None] = []
+        rows: list[EventRow] = []
+        with stream.lock:
+            consumer = self.get(stream, name)
+            for ref, kind, delay in acks:
+                try:
+                    seq = self._resolve(consumer, ref)
+                    events = consumer.ack(seq, kind, delay, self.clock.now_ns())
+                except errors.JetStreamError as exc:
+                    results.append(exc)
+                    continue
+                rows += self._rows(consumer, events)
+                results.append(None)
+            self._retain(stream, consumer)
+        self.acks.append(rows)
+        if any(kind == "nak" for _, kind, _ in acks):
+            self._notify(stream)
+        return results
+
+    def _resolve(self, consumer: Consumer, ref: str | int) -> int:
+        if isinstance(ref, int):
+            return ref
+        parts = ref.split(".")
+        if len(parts) != 4 or not all(p.isdigit() for p in parts[1:]):
+            raise errors.bad_request("invalid ack token")
+        if parts[0] != consumer.consumer_id:
+            raise errors.bad_request("the ack token belongs to another consumer")
+        return int(parts[1])
+
+    def _rows(self, consumer: Consumer, events: list[AckEvent]) -> list[EventRow]:
+        if consumer.stream.config.storage == "memory":
+            return []
+        return [EventRow(consumer.stream.name, consumer.name, consumer.consumer_id, e) for e in events]
+
+    # -- retention ----------------------------------------------------------------------------
+
+    def _retain(self, stream: Stream, consumer: Consumer) -> None:
+        """Work queue: acknowledged messages leave. Interest: once nobody matching needs them."""
+        acked, consumer.acked = consumer.acked, []
+        if not acked or stream.config.retention == "limits":
+            return
+        seqs = np.array(sorted(set(acked)), np.int64)
+        seqs = seqs[stream.index.live_mask(seqs)]
+        if stream.config.retention == "interest":
+            seqs = seqs[~self._needed(stream, seqs)]
+        stream.remove_seqs(seqs, stream.config.retention)
+
+    def _needed(self, stream: Stream, seqs: np.ndarray) -> np.ndarray:
+        subjects = [stream.index.subject_of(int(s)) for s in seqs]
+        needed = np.zeros(len(seqs), np.bool_)
+        for consumer in stream.consumers.values():
+            match = np.fromiter((consumer.matches(s) for s in subjects), np.bool_, len(subjects))
+            needed |= consumer.needs(seqs, match)
+        return needed
+
+    def _sweep(self, stream: Stream) -> None:
+        """Interest streams: drop every message no remaining consumer needs (after a delete or restart)."""
+        if stream.config.retention == "workqueue":
+            seqs = stream.index.live_seqs()
+            acked = [int(s) for s in seqs if any(c.matches(stream.index.subject_of(int(s))) and c.acknowledged(int(s)) for c in stream.consumers.values())]
+            stream.remove_seqs(np.array(acked, np.int64), "workqueue")
+        elif stream.config.retention == "interest":
+            seqs = stream.index.live_seqs()
+            stream.remove_seqs(seqs[~self._needed(stream, seqs)], "interest")
+
+    def interested(self, stream: Stream, subject: str) -> bool:
+        return any(c.matches(subject) for c in stream.consumers.values())
+
+    def _notify(self, stream: Stream) -> None:
+        if self.notify is not None:
+            self.notify(stream.name)
+
+    # -- housekeeping -------------------------------------------------------------------------
+
+    def tick(self, streams: list[Stream]) -> None:
+        """Removes inactive consumers and writes snapshots of busy ones."""
+        now = self.clock.now_ns()
+        for stream in streams:
+            rows: list[EventRow] = []
+            with stream.lock:
+                for consumer in list(stream.consumers.values()):
+                    threshold = consumer.config.inactive_threshold
+                    if threshold and consumer.waiting == 0 and now - consumer.last_activity > threshold:
+                        log.info("removing consumer %s > %s after %.1fs inactive", stream.name, consumer.name, threshold / 1e9)
+                        self._remove(stream, consumer)
+                    elif consumer.events_since_snapshot >= SNAPSHOT_EVERY and stream.config.storage == "file":
+                        rows.append(self.snapshot_row(consumer, now))
+            self.acks.append(rows)
+
+    def snapshot_row(self, consumer: Consumer, now: int) -> EventRow:
+        consumer.events_since_snapshot = 0
+        st = consumer.state
+        return EventRow(
+            consumer.stream.name, consumer.name, consumer.consumer_id, AckEvent(SNAPSHOT, 0, 0, 0, now),
+            st.delivered_stream_seq, st.ack_floor_stream_seq, orjson.dumps(consumer.snapshot()).decode(),
+        )
+
+    def flush(self) -> int:
+        return self.acks.flush()
+
+
+def _named(config: ConsumerConfig, name: str) -> ConsumerConfig:
+    if config.durable_name:
+        return config
+    named = config.model_copy()
+    named.name = name
+    return named
+
