@@ -1,0 +1,116 @@
+"""Kill -9 during a consume-and-ack load: no acked message comes back, every unacked one does."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.gateway import Gateway
+
+STREAM, CONSUMER, TOTAL = "WORK", "C", 3000
+ACK_WAIT = 1_500_000_000
+
+
+def _setup(c: httpx.Client) -> None:
+    assert c.post("/v1/streams", json={"name": STREAM, "subjects": ["work.>"]}).status_code == 201
+    config = {"durable_name": CONSUMER, "ack_policy": "explicit", "ack_wait": ACK_WAIT, "max_deliver": 10}
+    assert c.post(f"/v1/streams/{STREAM}/consumers", json=config).status_code == 201
+    for start in range(0, TOTAL, 500):
+        msgs = [{"subject": f"work.{i % 5}", "text": str(i)} for i in range(start, start + 500)]
+        assert all("seq" in a for a in c.post("/v1/publish", json={"messages": msgs}).json()["acks"])
+
+
+def _consume(url: str, stop: threading.Event, acked: set[int], lock: threading.Lock) -> None:
+    with httpx.Client(base_url=url, timeout=5.0) as c:
+        while not stop.is_set():
+            try:
+                got = c.post(f"/v1/streams/{STREAM}/consumers/{CONSUMER}/next", json={"batch": 40, "expires": 200_000_000})
+                msgs = got.json()["messages"]
+                answer = c.post(f"/v1/streams/{STREAM}/consumers/{CONSUMER}/ack",
+                                json={"acks": [{"token": m["ack"]} for m in msgs]}) if msgs else None
+            except httpx.HTTPError:
+                return
+            if answer is not None and answer.status_code == 200:
+                with lock:
+                    acked.update(m["seq"] for m, r in zip(msgs, answer.json()["results"], strict=True) if r.get("ok"))
+
+
+def _info(c: httpx.Client) -> dict[str, object]:
+    info = c.get(f"/v1/streams/{STREAM}/consumers/{CONSUMER}").json()
+    return {k: info[k] for k in ("delivered", "ack_floor", "num_ack_pending", "num_redelivered", "num_pending")}
+
+
+def test_kill9_during_consume_and_ack(warehouse: Path) -> None:
+    gw = Gateway(warehouse, "--flush-interval", "0.3").start()
+    acked: set[int] = set()
+    lock = threading.Lock()
+    try:
+        with gw.client() as c:
+            _setup(c)
+            # A message delivered twice before the kill: its delivery count must survive.
+            first = c.post(f"/v1/streams/{STREAM}/consumers/{CONSUMER}/next", json={"batch": 1}).json()["messages"][0]
+            c.post(f"/v1/streams/{STREAM}/consumers/{CONSUMER}/ack", json={"acks": [{"token": first["ack"], "type": "nak"}]})
+            again = c.post(f"/v1/streams/{STREAM}/consumers/{CONSUMER}/next", json={"batch": 1}).json()["messages"][0]
+            assert (again["seq"], again["num_delivered"]) == (first["seq"], 2)
+        stop = threading.Event()
+        workers = [threading.Thread(target=_consume, args=(gw.url, stop, acked, lock)) for _ in range(3)]
+        for t in workers:
+            t.start()
+        time.sleep(1.0)
+        gw.kill9()
+        stop.set()
+        for t in workers:
+            t.join(timeout=10)
+    finally:
+        gw.stop()
+    assert 0 < len(acked) < TOTAL
+
+    gw = Gateway(warehouse, "--flush-interval", "0.3").start()
+    try:
+        with gw.client() as c:
+            before = _info(c)
+            assert before["num_ack_pending"] + len(acked) + before["num_pending"] >= TOTAL - 1  # type: ignore[operator]
+            time.sleep(ACK_WAIT / 1e9 + 0.2)
+            redelivered: dict[int, int] = {}
+            deadline = time.monotonic() + 30
+            while len(acked) < TOTAL and time.monotonic() < deadline:
+                msgs = c.post(f"/v1/streams/{STREAM}/consumers/{CONSUMER}/next",
+                              json={"batch": 200, "expires": 300_000_000}).json()["messages"]
+                assert not {m["seq"] for m in msgs} & acked, "an acknowledged message was delivered again"
+                for m in msgs:
+                    redelivered[m["seq"]] = m["num_delivered"]
+                results = c.post(f"/v1/streams/{STREAM}/consumers/{CONSUMER}/ack",
+                                 json={"acks": [{"token": m["ack"]} for m in msgs]}).json()["results"] if msgs else []
+                acked.update(m["seq"] for m, r in zip(msgs, results, strict=True) if r.get("ok"))
+            assert acked == set(range(1, TOTAL + 1)), "every unacknowledged message was delivered again"
+            if first["seq"] in redelivered:
+                assert redelivered[first["seq"]] >= 3, "the delivery count survived the kill"
+            final = _info(c)
+            assert final["num_ack_pending"] == 0 and final["num_pending"] == 0
+            assert final["ack_floor"]["stream_seq"] == TOTAL  # type: ignore[index]
+    finally:
+        gw.stop()
+
+
+def test_consumer_info_is_the_same_after_a_kill(warehouse: Path) -> None:
+    gw = Gateway(warehouse, "--flush-interval", "5").start()
+    try:
+        with gw.client() as c:
+            _setup(c)
+            for _ in range(3):
+                msgs = c.post(f"/v1/streams/{STREAM}/consumers/{CONSUMER}/next", json={"batch": 30}).json()["messages"]
+                c.post(f"/v1/streams/{STREAM}/consumers/{CONSUMER}/ack",
+                       json={"acks": [{"token": m["ack"], "type": "ack" if m["seq"] % 3 else "nak"} for m in msgs]})
+            before = _info(c)
+        gw.kill9()
+    finally:
+        gw.stop()
+    gw = Gateway(warehouse).start()
+    try:
+        with gw.client() as c:
+            assert _info(c) == before
+    finally:
+        gw.stop()
