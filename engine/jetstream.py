@@ -125,6 +125,7 @@ class JetStream:
                 entry.stream.store.close()
             self._owner.release()
             self.opened = False
+            log.info("engine closed: every stream flushed, warehouse released")
 
     def _load_stream(self, path: Path) -> None:
         record = orjson.loads(path.read_bytes())
@@ -324,6 +325,26 @@ class JetStream:
         self._notify(entry.stream.name)
         if entry.stream.store.pending_bytes() >= self.options.flush_bytes:
             self._flush_wake.set()
+
+    def publish_nowait(self, messages: list[InboundMessage]) -> list[PublishResult] | None:
+        """Publishes at once if that needs no waiting: one stream, its lock free, no fsync to wait for.
+
+        Lets an event loop publish small messages without a thread hand-off; None means "use `publish`".
+        """
+        if self.options.sync_always or not messages:
+            return None
+        subject = messages[0].subject
+        if any(m.subject != subject for m in messages) or not is_valid_publish_subject(subject):
+            return None
+        entry = self._entry_for_subject(subject)
+        if entry is None or not entry.stream.lock.acquire(blocking=False):
+            return None
+        try:
+            results = entry.stream.process([messages])[0]
+        finally:
+            entry.stream.lock.release()
+        self._maybe_wake_flusher(entry)
+        return results
 
     def publish_one(self, subject: str, data: bytes, headers: dict[str, list[str]] | None = None) -> PublishResult:
         return self.publish([InboundMessage(subject, data, headers)])[0]

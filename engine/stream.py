@@ -23,7 +23,7 @@ from engine.clock import Clock
 from engine.config import StreamConfig
 from engine.errors import JetStreamError
 from engine.index import MessageIndex, seq_ranges
-from engine.store.arrow import build_batch
+from engine.store.rows import Rows
 from engine.store.base import Removal, StoredMessage, StreamStore
 from engine.store.layout import partition_value
 from engine.subjects import FWC, is_valid_subject
@@ -353,12 +353,10 @@ class Stream:
         return seqs
 
     def _append(self, acc: _Accepted, now: int) -> None:
-        batch = None
+        rows = None
         if acc.seqs:
-            batch = build_batch(
-                acc.seqs, acc.subjects, acc.ts, acc.msg_ids, acc.headers, acc.data, acc.sizes, acc.partitions
-            )
-        self.store.append(batch, self._removals(acc.removed, now))
+            rows = Rows(acc.seqs[0], acc.subjects, acc.ts, acc.msg_ids, acc.headers, acc.data, acc.sizes, acc.partitions)
+        self.store.append(rows, self._removals(acc.removed, now))
 
     def _removals(self, removed: dict[str, list[int]], now: int, erase: bool = False) -> list[Removal]:
         return [

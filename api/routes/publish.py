@@ -43,7 +43,10 @@ def _request_headers(request: Request) -> dict[str, list[str]] | None:
 @router.post("/{subject:path}")
 async def publish_raw(request: Request, subject: str) -> Response:
     data = await read_body(request)
-    result = await run_in_threadpool(_engine(request).publish_one, subject, data, _request_headers(request))
+    engine = _engine(request)
+    message = InboundMessage(subject, data, _request_headers(request))
+    results = engine.publish_nowait([message]) or await run_in_threadpool(engine.publish, [message])
+    result = results[0]
     if isinstance(result, JetStreamError):
         request.app.state.api_errors += 1
         return error_response(result)

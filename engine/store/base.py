@@ -10,9 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from engine.index import MessageIndex
+
+if TYPE_CHECKING:
+    from engine.store.rows import Rows
 
 
 @dataclass(slots=True)
@@ -49,7 +52,7 @@ class Recovered:
 
 
 class StreamStore(Protocol):
-    def append(self, batch: pa.RecordBatch | None, removals: list[Removal]) -> None:
+    def append(self, rows: Rows | None, removals: list[Removal]) -> None:
         """Makes the accepted messages and removals durable (per the sync policy) before returning."""
 
     def load(self, seq: int, index: MessageIndex) -> StoredMessage | None: ...

@@ -27,7 +27,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from engine.index import MessageIndex
-from engine.store.arrow import from_ipc, message_at, to_ipc
+from engine.store.rows import KIND_ARROW, KIND_PACKED, Rows, decode, message_at
 from engine.store.base import Recovered, Removal, StoredMessage
 from engine.store.layout import (
     PARTITION_COLUMN,
@@ -44,7 +44,6 @@ from engine.store.wal import Record, WriteAheadLog
 
 log = logging.getLogger(__name__)
 
-KIND_MSGS = 1
 KIND_REMOVE = 2
 DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
 READ_AHEAD = 4096
@@ -64,6 +63,32 @@ def _encode_removal(r: Removal) -> bytes:
 def _decode_removal(payload: bytes) -> Removal:
     d = orjson.loads(payload)
     return Removal([tuple(x) for x in d["ranges"]], d["reason"], d["erase"], d["last_seq"], d["ts"])
+
+
+def _to_table(groups: list[Rows]) -> pa.Table:
+    """The flush's Arrow table: large groups reuse the batch their log record built."""
+    batches = [g.to_arrow() for g in groups if g._arrow is not None or len(g) >= 64]
+    if len(batches) == len(groups):
+        return pa.Table.from_batches(batches, schema=STREAM_SCHEMA)
+    merged = Rows(0, [], [], [], [], [], [], [])
+    out: list[pa.RecordBatch] = []
+    for g in groups:
+        if g._arrow is not None:
+            if merged.subjects:
+                out.append(merged.to_arrow())
+                merged = Rows(0, [], [], [], [], [], [], [])
+            out.append(g._arrow)
+            continue
+        if not merged.subjects:
+            merged.first_seq = g.first_seq
+        elif merged.last_seq + 1 != g.first_seq:
+            out.append(merged.to_arrow())
+            merged = Rows(g.first_seq, [], [], [], [], [], [], [])
+        for column in ("subjects", "ts", "msg_ids", "headers", "data", "sizes", "partitions"):
+            getattr(merged, column).extend(getattr(g, column))
+    if merged.subjects:
+        out.append(merged.to_arrow())
+    return pa.Table.from_batches(out, schema=STREAM_SCHEMA)
 
 
 def _ranges_to_seqs(ranges: list[tuple[int, int]]) -> np.ndarray:
@@ -137,17 +162,17 @@ class DeltaStore:
 
     # -- the write path -----------------------------------------------------------------------
 
-    def append(self, batch: pa.RecordBatch | None, removals: list[Removal]) -> None:
+    def append(self, rows: Rows | None, removals: list[Removal]) -> None:
         entries: list[tuple[int, bytes | memoryview]] = []
-        if batch is not None and batch.num_rows:
-            entries.append((KIND_MSGS, memoryview(to_ipc(batch))))
+        if rows is not None and len(rows):
+            entries.append(rows.encode())
         entries.extend((KIND_REMOVE, _encode_removal(r)) for r in removals)
         if not entries:
             return
         last_lsn = self.wal.append(entries)
-        if batch is not None and batch.num_rows:
-            self.buffer.add(batch)
-            self._unflushed_bytes += batch.nbytes
+        if rows is not None and len(rows):
+            self.buffer.add(rows)
+            self._unflushed_bytes += rows.nbytes
         first_lsn = last_lsn - len(removals) + 1
         self._pending_removals.extend((first_lsn + i, r) for i, r in enumerate(removals))
 
@@ -161,12 +186,12 @@ class DeltaStore:
         """Cuts what is unflushed into a job; the log rolls to a new segment."""
         if not self.has_pending():
             return None
-        batches = self.buffer.unflushed()
+        groups = self.buffer.unflushed()
         messages = None
         last_msg_seq = self.buffer.flushed_upto
-        if batches:
-            table = pa.Table.from_batches(batches, schema=STREAM_SCHEMA)
-            last_msg_seq = table.column("seq")[-1].as_py()
+        if groups:
+            table = _to_table(groups)
+            last_msg_seq = groups[-1].last_seq
             live = index.live_mask(table.column("seq").to_numpy())
             messages = table.filter(pa.array(live)) if not live.all() else table
         job = FlushJob(
@@ -396,24 +421,20 @@ class DeltaStore:
     def _replay(
         self, record: Record, flushed_seq: int, tomb_lsn: int, index: MessageIndex, since_ns: int, recovered: Recovered
     ) -> int:
-        if record.kind == KIND_MSGS:
-            batch = from_ipc(record.payload)
-            seqs = batch.column("seq").to_pylist()
-            if seqs[-1] <= flushed_seq:
-                return seqs[-1]
-            subjects = batch.column("subject").to_pylist()
-            ts = (batch.column("ts").cast(pa.int64()).to_numpy() * 1000).tolist()
-            sizes = batch.column("size").to_pylist()
-            msg_ids = batch.column("msg_id").to_pylist()
-            for s, subj, t, size, msg_id in zip(seqs, subjects, ts, sizes, msg_ids, strict=True):
+        if record.kind in (KIND_ARROW, KIND_PACKED):
+            rows = decode(record.kind, record.payload)
+            if rows.last_seq <= flushed_seq:
+                return rows.last_seq
+            for i, (subj, t, size, msg_id) in enumerate(zip(rows.subjects, rows.ts, rows.sizes, rows.msg_ids, strict=True)):
+                s = rows.first_seq + i
                 if s > index.last_seq:
                     index.append(s, subj, size, t)
                 if msg_id and t >= since_ns:
                     recovered.msg_ids.append((msg_id, s, t))
                 recovered.last_msg_id = msg_id
-            self.buffer.add(batch)
-            self._unflushed_bytes += batch.nbytes
-            return seqs[-1]
+            self.buffer.add(rows)
+            self._unflushed_bytes += rows.nbytes
+            return rows.last_seq
         if record.kind == KIND_REMOVE:
             removal = _decode_removal(record.payload)
             if record.lsn > tomb_lsn:

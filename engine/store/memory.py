@@ -1,53 +1,44 @@
 """In-memory message storage: the whole store of a memory stream, the recent-message cache of a file stream.
 
-Batches are kept in sequence order; within a batch sequences are consecutive (a group commit assigns
-them in a row), so a lookup is a bisect and an offset.
+Row groups are kept in sequence order; within a group sequences are consecutive (a group commit
+assigns them in a row), so a lookup is a bisect and an offset.
 """
 
 from __future__ import annotations
 
 import bisect
 
-import pyarrow as pa
-
 from engine.index import MessageIndex
-from engine.store.arrow import message_at
 from engine.store.base import Recovered, Removal, StoredMessage
+from engine.store.rows import Rows
 
 
 class MessageBuffer:
     def __init__(self, cache_bytes: int | None = None) -> None:
         self.cache_bytes = cache_bytes
         self._firsts: list[int] = []
-        self._batches: list[pa.RecordBatch] = []
+        self._batches: list[Rows] = []
         self.nbytes = 0
         self.flushed_upto = 0
 
-    def add(self, batch: pa.RecordBatch) -> None:
-        first = batch.column(0)[0].as_py()
-        self._firsts.append(first)
-        self._batches.append(batch)
-        self.nbytes += batch.nbytes
+    def add(self, rows: Rows) -> None:
+        self._firsts.append(rows.first_seq)
+        self._batches.append(rows)
+        self.nbytes += rows.nbytes
 
     def get(self, seq: int) -> StoredMessage | None:
         i = bisect.bisect_right(self._firsts, seq) - 1
         if i < 0:
             return None
-        batch = self._batches[i]
+        rows = self._batches[i]
         row = seq - self._firsts[i]
-        if row >= batch.num_rows:
+        if row >= len(rows):
             return None
-        return message_at(batch, row)
+        return rows.message(row)
 
-    def unflushed(self) -> list[pa.RecordBatch]:
-        i = bisect.bisect_right(self._firsts, self.flushed_upto)
-        out = self._batches[i:]
-        if i > 0:
-            prev = self._batches[i - 1]
-            last = self._firsts[i - 1] + prev.num_rows - 1
-            if last > self.flushed_upto:
-                out = [prev.slice(self.flushed_upto - self._firsts[i - 1] + 1), *out]
-        return out
+    def unflushed(self) -> list[Rows]:
+        """Row groups not yet in the table (flushes take whole groups)."""
+        return self._batches[bisect.bisect_right(self._firsts, self.flushed_upto) :]
 
     def mark_flushed(self, upto_seq: int) -> None:
         self.flushed_upto = max(self.flushed_upto, upto_seq)
@@ -55,21 +46,21 @@ class MessageBuffer:
 
     def drop_below(self, first_seq: int) -> None:
         """Forgets batches that hold only sequences below the stream's first (purged or expired)."""
-        while self._batches and self._firsts[0] + self._batches[0].num_rows <= min(first_seq, self.flushed_upto + 1):
+        while self._batches and self._batches[0].last_seq < min(first_seq, self.flushed_upto + 1):
             self._pop_oldest()
 
     def _evict(self) -> None:
         if self.cache_bytes is None:
             return
         while self._batches and self.nbytes > self.cache_bytes:
-            if self._firsts[0] + self._batches[0].num_rows - 1 > self.flushed_upto:
+            if self._batches[0].last_seq > self.flushed_upto:
                 return
             self._pop_oldest()
 
     def _pop_oldest(self) -> None:
-        batch = self._batches.pop(0)
+        rows = self._batches.pop(0)
         self._firsts.pop(0)
-        self.nbytes -= batch.nbytes
+        self.nbytes -= rows.nbytes
 
     def clear(self) -> None:
         self._firsts.clear()
@@ -83,9 +74,9 @@ class MemoryStore:
     def __init__(self) -> None:
         self.buffer = MessageBuffer(cache_bytes=None)
 
-    def append(self, batch: pa.RecordBatch | None, removals: list[Removal]) -> None:
-        if batch is not None and batch.num_rows:
-            self.buffer.add(batch)
+    def append(self, rows: Rows | None, removals: list[Removal]) -> None:
+        if rows is not None and len(rows):
+            self.buffer.add(rows)
 
     def load(self, seq: int, index: MessageIndex) -> StoredMessage | None:
         if not index.is_live(seq):
