@@ -21,6 +21,7 @@ import numpy as np
 from engine import errors
 from engine.consumer_config import ConsumerConfig, filters
 from engine.info import parse_rfc3339, rfc3339
+from engine.index import MessageIndex
 from engine.store.base import StoredMessage
 from engine.subjects import any_match
 
@@ -30,6 +31,12 @@ if TYPE_CHECKING:
 DELIVER, ACK, NAK, WPI, TERM, EXHAUSTED = "deliver", "ack", "nak", "wpi", "term", "max_deliver"
 ACK_KINDS = {"ack": ACK, "nak": NAK, "wpi": WPI, "term": TERM}
 SCAN_WINDOW = 4096
+STORE_OVERHEAD = 16  # engine.stream's per-message overhead in the index's sizes
+
+
+def message_bytes(index: MessageIndex, seq: int) -> int:
+    """What a message counts for in a pull's `max_bytes`: subject, headers and data."""
+    return index.size_of(seq) - STORE_OVERHEAD
 
 
 @dataclass(slots=True)
@@ -56,6 +63,7 @@ class Delivery:
     num_delivered: int
     num_pending: int
     token: str
+    size: int
 
 
 @dataclass
@@ -93,6 +101,7 @@ class Consumer:
         self._redeliver: list[int] = []  # stream seqs due for redelivery, a heap
         self._queued: set[int] = set()
         self.waiting = 0
+        self.budget_exhausted = False  # the last fetch stopped at its max_bytes
         self.acked: list[int] = []  # stream seqs the last applied events took out of pending by an ack
         self.last_activity = created_ns
         self.deleted = False
@@ -124,6 +133,10 @@ class Consumer:
             self.state.next_seq = max(start, 1)
         self.state.delivered_stream_seq = self.state.ack_floor_stream_seq = max(start - 1, 0)
 
+    def reconfigure(self, config: ConsumerConfig) -> None:
+        self.config = config
+        self.filters = filters(config)
+
     @property
     def ack_none(self) -> bool:
         return self.config.ack_policy == "none"
@@ -136,6 +149,7 @@ class Consumer:
     def fetch(self, batch: int, max_bytes: int, now: int) -> tuple[list[Delivery], list[AckEvent]]:
         """Up to `batch` messages: redeliveries first, then new ones; nothing past `max_ack_pending`."""
         self.last_activity = now
+        self.budget_exhausted = False
         events: list[AckEvent] = []
         self._collect_due(now, events)
         picks: list[tuple[int, int]] = []  # (stream_seq, deliveries so far)
@@ -149,18 +163,22 @@ class Consumer:
             if not ix.is_live(seq):
                 self._drop_pending(seq)
                 continue
-            if budget is not None and picks and ix.size_of(seq) > budget:
+            if budget is not None and message_bytes(ix, seq) > budget:
                 self._queue_redelivery(seq)
+                self.budget_exhausted = True
                 break
             if budget is not None:
-                budget -= ix.size_of(seq)
+                budget -= message_bytes(ix, seq)
             picks.append((seq, self.state.deliveries.get(seq, 1)))
         if len(picks) < batch:
             for seq in self._new_seqs(batch - len(picks)):
-                if budget is not None and picks and ix.size_of(seq) > budget:
+                if budget is not None and message_bytes(ix, seq) > budget:
+                    if not picks and budget == max_bytes:
+                        raise errors.JetStreamError(409, errors.ErrorCode.BAD_REQUEST, "Message Size Exceeds MaxBytes")
+                    self.budget_exhausted = True
                     break
                 if budget is not None:
-                    budget -= ix.size_of(seq)
+                    budget -= message_bytes(ix, seq)
                 picks.append((seq, 0))
         loaded = self.stream.store.load_many(sorted(s for s, _ in picks), ix) if picks else {}
         deliveries: list[Delivery] = []
@@ -177,7 +195,9 @@ class Consumer:
             event = AckEvent(DELIVER, seq, self.state.delivered_consumer_seq + 1, count + 1, now)
             self.apply(event)
             events.append(event)
-            deliveries.append(Delivery(msg, event.consumer_seq, event.count, remaining + new_after, self.token(seq, event)))
+            deliveries.append(
+                Delivery(msg, event.consumer_seq, event.count, remaining + new_after, self.token(seq, event), message_bytes(ix, seq))
+            )
         return deliveries, events
 
     def _new_seqs(self, limit: int) -> list[int]:
@@ -255,6 +275,20 @@ class Consumer:
             self._queued.add(seq)
             heapq.heappush(self._redeliver, seq)
 
+    def tick(self, now: int) -> list[AckEvent]:
+        """Ack timers without a pull: messages out of deliveries leave pending (max_deliver)."""
+        events: list[AckEvent] = []
+        self._collect_due(now, events)
+        return events
+
+    def drop_removed(self, seqs: np.ndarray) -> None:
+        """Messages removed from the stream count as acknowledged (nats-server's decStreamPending)."""
+        if not self.state.pending or not len(seqs):
+            return
+        pending = np.fromiter(self.state.pending, np.int64, len(self.state.pending))
+        for seq in np.sort(pending[np.isin(pending, seqs)]).tolist():
+            self._drop_pending(seq)
+
     def next_deadline(self) -> int | None:
         while self._due:
             deadline, seq = self._due[0]
@@ -285,9 +319,13 @@ class Consumer:
                 st.next_seq = e.stream_seq + 1
             if self.ack_none:
                 st.ack_floor_consumer_seq, st.ack_floor_stream_seq = st.delivered_consumer_seq, st.delivered_stream_seq
+                self.acked.append(e.stream_seq)
                 return
             deadline = e.ts + self.ack_wait_for(e.count)
-            st.pending[e.stream_seq] = Pending(e.consumer_seq, e.ts, deadline)
+            earlier = st.pending.get(e.stream_seq)
+            # A redelivery keeps the first delivery's consumer sequence, as nats-server's trackPending does.
+            first_cseq = earlier.consumer_seq if earlier is not None else e.consumer_seq
+            st.pending[e.stream_seq] = Pending(first_cseq, e.ts, deadline)
             st.deliveries[e.stream_seq] = e.count
             heapq.heappush(self._due, (deadline, e.stream_seq))
         elif e.kind in (ACK, TERM):

@@ -63,6 +63,7 @@ class Consumers:
                 for event in history.events if history else []:
                     consumer.apply(event)
                 consumer.acked.clear()
+                consumer.drop_removed(np.array([s for s in consumer.state.pending if not stream.index.is_live(s)], np.int64))
                 stream.consumers[consumer.name] = consumer
             with stream.lock:
                 self._sweep(stream)
@@ -94,6 +95,8 @@ class Consumers:
 
     def update(self, stream: Stream, name: str, body: dict[str, Any]) -> dict[str, Any]:
         config = parse_consumer_config(body)
+        if any(given and given != name for given in (config.durable_name, config.name)):
+            raise errors.bad_request("the consumer name in the configuration does not match the one in the path")
         with stream.lock:
             consumer = self.get(stream, name)
             others = [c.config for n, c in stream.consumers.items() if n != name]
@@ -101,7 +104,7 @@ class Consumers:
                 check_consumer_config(config, stream.config, ephemeral=consumer.ephemeral, existing_consumers=others), name
             )
             check_consumer_update(consumer.config, config)
-            consumer.config = config
+            consumer.reconfigure(config)
             if stream.config.storage == "file":
                 self._write_config(consumer)
             return consumer.info(self.clock.now_ns())
@@ -165,6 +168,7 @@ class Consumers:
             stream.expire_now()
             deliveries, events = consumer.fetch(batch, max_bytes, self.clock.now_ns())
             rows = self._rows(consumer, events)
+            self._retain(stream, consumer)
         self.acks.append(rows)
         return deliveries
 
@@ -255,7 +259,9 @@ class Consumers:
                     if threshold and consumer.waiting == 0 and now - consumer.last_activity > threshold:
                         log.info("removing consumer %s > %s after %.1fs inactive", stream.name, consumer.name, threshold / 1e9)
                         self._remove(stream, consumer)
-                    elif consumer.events_since_snapshot >= SNAPSHOT_EVERY and stream.config.storage == "file":
+                        continue
+                    rows += self._rows(consumer, consumer.tick(now))
+                    if consumer.events_since_snapshot >= SNAPSHOT_EVERY and stream.config.storage == "file":
                         rows.append(self.snapshot_row(consumer, now))
             self.acks.append(rows)
 

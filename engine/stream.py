@@ -350,6 +350,8 @@ class Stream:
     def _remove(self, seqs: np.ndarray) -> np.ndarray:
         if len(seqs):
             self.index.remove_many(seqs)
+            for consumer in self.consumers.values():
+                consumer.drop_removed(seqs)
         return seqs
 
     def _append(self, acc: _Accepted, now: int) -> None:
@@ -477,8 +479,9 @@ class Stream:
                 raise errors.bad_request("a message sequence must be a positive integer")
             if seq > self.index.last_seq:
                 raise errors.msg_delete_failed("stream store EOF")
-            if not self.index.remove(seq):
+            if not self.index.is_live(seq):
                 raise errors.sequence_not_found(seq)
+            self._remove(np.array([seq], np.int64))
             self._record_removals({"erase" if erase else "delete": [seq]}, self.clock.now_ns(), erase)
 
     def purge(self, filter_: str | None = None, seq: int = 0, keep: int = 0) -> int:

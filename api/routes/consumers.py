@@ -120,11 +120,16 @@ async def next_messages(request: Request, stream: str, consumer: str) -> Respons
     target.waiting += 1
     try:
         while True:
-            batch = await run_in_threadpool(engine.fetch, stream, consumer, pull.batch - len(got), budget)
+            try:
+                batch = await run_in_threadpool(engine.fetch, stream, consumer, pull.batch - len(got), budget)
+            except JetStreamError:
+                if got:
+                    break
+                raise
             got += batch
             if pull.max_bytes:
-                budget = max(pull.max_bytes - sum(len(d.msg.data) for d in got), 0)
-                if budget == 0:
+                budget = pull.max_bytes - sum(d.size for d in got)
+                if budget <= 0 or target.budget_exhausted:
                     break
             if len(got) >= pull.batch or pull.no_wait or target.deleted:
                 break
