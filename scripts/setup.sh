@@ -49,4 +49,10 @@ for artifact in "${ARTIFACTS[@]}"; do
   [[ -s "$jar" ]] || { echo "setup: $jar missing after mvn dependency:copy" >&2; exit 1; }
 done
 
+# The docker-compose test validates docker-compose.yml with Debian's docker-compose (no engine needed).
+if ! command -v docker-compose >/dev/null && command -v apt-get >/dev/null && [[ "$(id -u)" == 0 ]]; then
+  say "installing Debian's docker-compose (to validate docker-compose.yml)"
+  apt-get update -qq >/dev/null && apt-get install -y -qq docker-compose >/dev/null || say "docker-compose not installed; its test will be skipped"
+fi
+
 say "done (.venv ready, jars in .venv/jars)"

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import orjson
 import pyarrow as pa
@@ -203,6 +202,3 @@ def _histories(table: pa.Table) -> dict[str, ConsumerHistory]:
         out.setdefault(cid, ConsumerHistory()).events.append(AckEvent(kind, sseq, cseq, count, t, delay))
     return out
 
-
-def acks_wal_dir(layout: Layout) -> Path:
-    return layout.acks_wal
