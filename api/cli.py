@@ -1,11 +1,35 @@
-"""`jetlake`: the command line. `serve` runs the gateway; later commands run the Spark jobs and SQL."""
+"""`jetlake`: the command line.
+
+- `serve` runs the gateway (`--scheduler` also runs the jobs scheduler beside it, as a child process);
+- `jobs run retention|erase|compact|all` runs maintenance jobs once;
+- `scheduler` runs them on intervals;
+- `sql "<query>"` queries every stream (and KV bucket) with Spark SQL.
+
+Only the Spark subcommands import pyspark and `jobs`, inside their functions: the gateway never loads
+the JVM.
+"""
 
 from __future__ import annotations
 
 import argparse
+import base64
+import csv
+import datetime as dt
+import decimal
 import gc
+import json
 import logging
+import os
+import signal
+import subprocess
 import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
 
 from engine import EngineOptions, JetStream
 from engine.jetstream import DEFAULT_FLUSH_BYTES, DEFAULT_FLUSH_INTERVAL
@@ -39,6 +63,9 @@ def _serve(args: argparse.Namespace) -> int:
         "serving warehouse %s on http://%s:%d (sync %s, flush every %.2fs)",
         engine.layout.warehouse, args.host, args.port, args.sync, args.flush_interval,
     )
+    scheduler = _SchedulerChild(engine.layout.warehouse, args.spark_master) if args.scheduler else None
+    if scheduler is not None:
+        scheduler.start()
     try:
         uvicorn.run(
             create_app(engine, max_body=args.max_body),
@@ -51,9 +78,261 @@ def _serve(args: argparse.Namespace) -> int:
             timeout_graceful_shutdown=5,
         )
     finally:
+        if scheduler is not None:
+            scheduler.stop()
         engine.close()
         log.info("gateway stopped; every stream flushed")
     return 0
+
+
+class _SchedulerChild:
+    """`serve --scheduler`: `jetlake scheduler` as a child process, restarted if it dies.
+
+    A child process, not a thread: the jobs drive a JVM through py4j and pull results into Python;
+    in the gateway's process that would load the JVM bridge and compete with the publish path for the
+    GIL and memory, and a JVM crash or out-of-memory would take the gateway with it. The child gets
+    `--parent-pid` and stops when the gateway is gone, even after a kill -9; the gateway stops it by
+    its PID on shutdown (SIGTERM, then SIGKILL after a grace period).
+    """
+
+    GRACE = 20.0
+
+    def __init__(self, warehouse: Path, master: str | None) -> None:
+        self.cmd = [sys.executable, "-m", "api.cli", "scheduler", "--warehouse", str(warehouse),
+                    "--parent-pid", str(os.getpid())]
+        if master:
+            self.cmd += ["--master", master]
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._supervise, name="jetlake-scheduler-supervisor", daemon=True)
+
+    def start(self) -> None:
+        self._spawn()
+        self._thread.start()
+
+    def _spawn(self) -> None:
+        with self._lock:
+            if self._stopping.is_set():
+                return
+            # Its own session: a terminal's Ctrl-C reaches the gateway, which then stops the child in order.
+            self.proc = subprocess.Popen(self.cmd, start_new_session=True)
+        log.info("scheduler started beside the gateway (pid %d)", self.proc.pid)
+
+    def _supervise(self) -> None:
+        backoff = 5.0
+        while not self._stopping.is_set():
+            proc = self.proc
+            if proc is None:
+                return
+            started = time.monotonic()
+            code = proc.wait()
+            if self._stopping.is_set():
+                return
+            if time.monotonic() - started > 300:
+                backoff = 5.0
+            log.warning("scheduler (pid %d) exited with %s; restarting in %.0fs", proc.pid, code, backoff)
+            if self._stopping.wait(backoff):
+                return
+            backoff = min(backoff * 2, 300.0)
+            self._spawn()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopping.set()
+            proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout=self.GRACE)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        log.info("scheduler (pid %d) stopped", proc.pid)
+
+
+# -- Spark subcommands: pyspark and jobs are imported inside them only ----------------------------
+
+
+def _jobs_run(args: argparse.Namespace) -> int:
+    from engine.store.layout import Layout
+    from jobs.scheduler import JOBS, JobMissing, run_job
+    from jobs.spark import spark_session
+
+    names = list(JOBS) if args.job == "all" else [args.job]
+    layout = Layout(args.warehouse)
+    spark = spark_session(args.master, app_name=f"jetlake-jobs-{args.job}")
+    status = 0
+    try:
+        for name in names:
+            try:
+                figures = run_job(spark, layout, name)
+            except JobMissing as exc:
+                log.warning("%s; skipped", exc)
+                if args.job != "all":
+                    status = 2
+                continue
+            except Exception:
+                log.exception("job %s failed", name)
+                status = 1
+                continue
+            print(json.dumps({"job": name, **figures}), flush=True)
+    finally:
+        spark.stop()
+    return status
+
+
+def _scheduler(args: argparse.Namespace) -> int:
+    from engine.store.layout import Layout
+    from jobs.scheduler import Scheduler, intervals_from
+    from jobs.spark import spark_session
+
+    try:
+        intervals = intervals_from(
+            {"retention": args.retention_interval, "compact": args.compact_interval, "erase": args.erase_interval}
+        )
+    except ValueError as exc:
+        print(f"jetlake: {exc}", file=sys.stderr)
+        return 2
+    scheduler = Scheduler(
+        spark=lambda: spark_session(args.master, app_name="jetlake-scheduler"),
+        layout=Layout(args.warehouse),
+        intervals=intervals,
+        max_runs=args.max_runs,
+        duration=args.duration,
+    )
+    signals = {"count": 0}
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        signals["count"] += 1
+        if signals["count"] > 1:
+            log.warning("scheduler: second %s, exiting now", signal.Signals(signum).name)
+            os._exit(128 + signum)  # the JVM child exits when our pipe to it closes
+        log.info("scheduler: %s, stopping after the current job", signal.Signals(signum).name)
+        scheduler.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    if args.parent_pid:
+        threading.Thread(target=_watch_parent, args=(args.parent_pid, scheduler), daemon=True).start()
+    failures = scheduler.run_forever()
+    return 1 if failures and args.max_runs is not None else 0
+
+
+def _watch_parent(parent: int, scheduler: Any) -> None:
+    """Stops the scheduler once the process that started it (the gateway) is gone."""
+    while not scheduler.stopped:
+        if os.getppid() != parent:
+            log.warning("scheduler: parent process %d is gone, stopping", parent)
+            scheduler.stop()
+            return
+        time.sleep(1.0)
+
+
+def _sql(args: argparse.Namespace) -> int:
+    if not args.no_flush:
+        _ask_gateway_to_flush(args.gateway)
+
+    from pyspark.errors import PySparkException
+
+    from jobs.spark import spark_session
+    from jobs.sql import register_views
+
+    spark = spark_session(args.master, app_name="jetlake-sql")
+    try:
+        register_views(spark, args.warehouse)
+        try:
+            df = spark.sql(args.query)
+            columns = list(df.columns)
+            rows = df.collect() if args.format == "table" else df.toLocalIterator()
+            _print_rows(columns, rows, args.format, sys.stdout)
+        except PySparkException as exc:
+            print(f"jetlake sql: {exc}", file=sys.stderr)
+            return 1
+    finally:
+        spark.stop()
+    return 0
+
+
+def _ask_gateway_to_flush(gateway: str) -> None:
+    """Every message acknowledged before now reaches its table: the gateway commits its logs.
+
+    No gateway answering means none runs on this machine's port: a stopped gateway flushed everything
+    at shutdown. A gateway that answers with an error is reported, and the query runs anyway.
+    """
+    url = gateway.rstrip("/") + "/v1/flush"
+    request = urllib.request.Request(url, data=b"{}", method="POST", headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            answer = json.loads(response.read() or b"{}")
+        log.info("gateway %s flushed: %s commits", gateway, answer.get("commits"))
+    except urllib.error.HTTPError as exc:
+        print(f"jetlake sql: warning: {url} answered {exc.code}; messages still in its log may be missing",
+              file=sys.stderr)
+    except (urllib.error.URLError, OSError) as exc:
+        log.info("no gateway at %s (%s): reading what is flushed", gateway, getattr(exc, "reason", exc))
+
+
+def _plain(value: Any) -> Any:
+    """A Spark value as JSON-friendly Python: binary as base64, times as RFC 3339 UTC."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode()
+    if isinstance(value, dt.datetime):
+        # PySpark hands timestamps over as naive local time; astimezone() reads naive as local.
+        return value.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
+    if isinstance(value, dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if hasattr(value, "asDict"):  # a struct
+        return {k: _plain(v) for k, v in value.asDict().items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return str(value)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    plain = _plain(value)
+    if isinstance(plain, dict | list):
+        return json.dumps(plain, ensure_ascii=False, separators=(",", ":"))
+    if isinstance(plain, bool):
+        return "true" if plain else "false"
+    return str(plain)
+
+
+def _print_rows(columns: Sequence[str], rows: Iterable[Sequence[Any]], fmt: str, out: TextIO) -> None:
+    """table: aligned text and a row count; json: one object per line; csv: a header line, then rows."""
+    if fmt == "json":
+        for row in rows:
+            out.write(json.dumps(dict(zip(columns, (_plain(v) for v in row), strict=True)),
+                                 ensure_ascii=False) + "\n")
+        return
+    if fmt == "csv":
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow(["" if v is None else _cell(v) for v in row])
+        return
+    cells = [[_cell(v).replace("\n", "\\n") for v in row] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+    rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    out.write(rule + "\n")
+    out.write("| " + " | ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)) + " |\n")
+    out.write(rule + "\n")
+    for r in cells:
+        out.write("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |\n")
+    if cells:
+        out.write(rule + "\n")
+    out.write(f"({len(cells)} row{'s' if len(cells) != 1 else ''})\n")
 
 
 def _positive_float(text: str) -> float:
@@ -80,15 +359,66 @@ def build_parser() -> argparse.ArgumentParser:
                        help="commit a stream early once this many bytes wait in its log")
     serve.add_argument("--max-payload", type=int, default=DEFAULT_MAX_PAYLOAD, help="largest message (headers + data)")
     serve.add_argument("--max-body", type=int, default=64 * 1024 * 1024, help="largest request body; larger is 413")
-    serve.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    serve.add_argument("--log-level", default="info", choices=LOG_LEVELS)
+    serve.add_argument("--scheduler", action="store_true",
+                       help="also run the jobs scheduler (a child process; intervals from JETLAKE_*_INTERVAL)")
+    serve.add_argument("--spark-master", default=None,
+                       help="Spark master for --scheduler's jobs (default $JETLAKE_SPARK_MASTER, then local[*])")
     serve.set_defaults(func=_serve)
+
+    jobs = commands.add_parser("jobs", help="run maintenance jobs once")
+    jobs_commands = jobs.add_subparsers(dest="jobs_command", required=True)
+    run = jobs_commands.add_parser("run", help="run retention, erase, compact, or all three in that order")
+    run.add_argument("job", choices=("retention", "compact", "erase", "all"))
+    _spark_options(run)
+    run.set_defaults(func=_jobs_run)
+
+    scheduler = commands.add_parser("scheduler", help="run the maintenance jobs on intervals")
+    _spark_options(scheduler)
+    for name in ("retention", "erase", "compact"):
+        scheduler.add_argument(f"--{name}-interval", type=_seconds, default=None, metavar="S",
+                               help=f"seconds between {name} runs, 0 = off (default $JETLAKE_{name.upper()}_INTERVAL, "
+                                    f"then {int(_DEFAULT_INTERVALS[name])})")
+    scheduler.add_argument("--max-runs", type=int, default=None, help="stop after this many job runs")
+    scheduler.add_argument("--duration", type=_seconds, default=None, help="stop after this many seconds")
+    scheduler.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)
+    scheduler.set_defaults(func=_scheduler)
+
+    sql = commands.add_parser("sql", help="query the streams with Spark SQL (each stream is a table)")
+    sql.add_argument("query")
+    _spark_options(sql, log_level="warning")
+    sql.add_argument("--format", choices=("table", "json", "csv"), default="table",
+                     help="table (default), json (one object per line; binary as base64), csv")
+    sql.add_argument("--gateway", default="http://127.0.0.1:4280",
+                     help="gateway to flush first, so every acknowledged message is in the tables")
+    sql.add_argument("--no-flush", action="store_true", help="do not ask a gateway to flush first")
+    sql.set_defaults(func=_sql)
     return parser
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+# The scheduler's defaults, repeated here for --help only (jobs/ is not imported before a Spark command runs).
+_DEFAULT_INTERVALS = {"retention": 300.0, "erase": 60.0, "compact": 3600.0}
+
+
+def _spark_options(parser: argparse.ArgumentParser, log_level: str = "info") -> None:
+    parser.add_argument("--warehouse", default="./warehouse", help="warehouse folder (default ./warehouse)")
+    parser.add_argument("--master", default=None,
+                        help="Spark master URL (default $JETLAKE_SPARK_MASTER, then local[*])")
+    parser.add_argument("--log-level", default=log_level, choices=LOG_LEVELS)
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     return int(args.func(args))
 
 

@@ -48,6 +48,9 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
         request.app.state.api_errors += 1
+        if exc.status_code == 404 and request.url.path.startswith("/v1/publish/"):
+            # The route's path pattern stops at a newline: such a subject is invalid, not a missing route.
+            return error_response(JetStreamError(400, ErrorCode.BAD_REQUEST, "invalid publish subject"))
         return error_response(JetStreamError(exc.status_code, ErrorCode.BAD_REQUEST, str(exc.detail).lower()))
 
     @app.exception_handler(Exception)

@@ -11,7 +11,7 @@ server/stream.go (StreamConfig, checkStreamCfg, checkStreamUpdate).
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -36,7 +36,7 @@ Storage = Literal["file", "memory"]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=False, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
 
 
 class StreamConsumerLimits(_Model):
@@ -93,7 +93,7 @@ class StreamConfig(_Model):
     max_bytes: int = 0
     max_age: int = Field(0, description="nanoseconds; 0 keeps messages forever")
     max_msgs_per_subject: int = 0
-    max_msg_size: int = 0
+    max_msg_size: int = Field(0, ge=-(2**31), le=2**31 - 1, description="int32, as nats-server's")
     discard: Discard = "old"
     storage: Storage = "file"
     num_replicas: int = 0
@@ -134,6 +134,38 @@ class StreamConfig(_Model):
         return int(self.metadata.get(PARTITION_TOKENS_KEY, "0"))
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse_model(model: type[M], body: Any, what: str) -> M:
+    """A JSON object into a config model, strictly: a wrong type, an unknown field or a number that does
+    not fit in 64 bits is 400 10025 "invalid JSON", as nats-server's JSON decoder answers."""
+    if not isinstance(body, dict):
+        raise errors.invalid_json(f"a {what} must be a JSON object")
+    _check_int64(body, what)
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or what
+        if first["type"] == "extra_forbidden":
+            raise errors.invalid_json(f"unknown field {where!r} in {what}") from None
+        raise errors.invalid_json(f"{what} field {where!r}: {first['msg']}") from None
+
+
+def _check_int64(value: Any, what: str) -> None:
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int) and not -(2**63) <= value <= MAX_INT64:
+        raise errors.invalid_json(f"{what}: number {value} overflows a 64-bit integer")
+    if isinstance(value, dict):
+        for item in value.values():
+            _check_int64(item, what)
+    elif isinstance(value, list):
+        for item in value:
+            _check_int64(item, what)
+
+
 def parse_stream_config(body: dict[str, Any]) -> tuple[StreamConfig, bool]:
     """Parses a create or update body; returns the config and whether pedantic mode was asked."""
     if not isinstance(body, dict):
@@ -141,19 +173,8 @@ def parse_stream_config(body: dict[str, Any]) -> tuple[StreamConfig, bool]:
     body = dict(body)
     pedantic = body.pop("pedantic", False)
     if not isinstance(pedantic, bool):
-        raise errors.invalid_config("pedantic must be a boolean")
-    try:
-        return StreamConfig.model_validate(body), pedantic
-    except ValidationError as exc:
-        raise errors.invalid_config(_describe(exc)) from None
-
-
-def _describe(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "config"
-    if first["type"] == "extra_forbidden":
-        return f"unknown field {where!r} in stream configuration"
-    return f"invalid stream configuration field {where!r}: {first['msg']}"
+        raise errors.invalid_json("pedantic must be a boolean")
+    return parse_model(StreamConfig, body, "stream configuration"), pedantic
 
 
 def validate_name(name: str) -> None:
@@ -162,7 +183,7 @@ def validate_name(name: str) -> None:
         raise errors.name_has_path_separators()
     if not name or _NAME_FORBIDDEN.search(name):
         raise errors.invalid_config("stream name is required and can not contain '.', '*', '>', '\\', '/'")
-    if len(name) > MAX_NAME_LEN:
+    if len(name.encode()) > MAX_NAME_LEN:
         raise errors.invalid_config(f"stream name is too long, maximum allowed is {MAX_NAME_LEN}")
 
 

@@ -100,6 +100,7 @@ class Consumer:
         self._due: list[tuple[int, int]] = []  # (deadline, stream_seq), lazily invalidated
         self._redeliver: list[int] = []  # stream seqs due for redelivery, a heap
         self._queued: set[int] = set()
+        self._pending_order: list[int] = []  # heap of pending stream seqs, lazily pruned
         self.waiting = 0
         self.budget_exhausted = False  # the last fetch stopped at its max_bytes
         self.acked: list[int] = []  # stream seqs the last applied events took out of pending by an ack
@@ -326,6 +327,8 @@ class Consumer:
             # A redelivery keeps the first delivery's consumer sequence, as nats-server's trackPending does.
             first_cseq = earlier.consumer_seq if earlier is not None else e.consumer_seq
             st.pending[e.stream_seq] = Pending(first_cseq, e.ts, deadline)
+            if earlier is None:
+                heapq.heappush(self._pending_order, e.stream_seq)
             st.deliveries[e.stream_seq] = e.count
             heapq.heappush(self._due, (deadline, e.stream_seq))
         elif e.kind in (ACK, TERM):
@@ -364,10 +367,20 @@ class Consumer:
             st.ack_floor_consumer_seq = st.delivered_consumer_seq
             st.ack_floor_stream_seq = st.delivered_stream_seq
         elif pending.consumer_seq == st.ack_floor_consumer_seq + 1:
-            low = min(st.pending)
+            low = self._lowest_pending()
             st.ack_floor_stream_seq = low - 1
             st.ack_floor_consumer_seq = st.pending[low].consumer_seq - 1
         return True
+
+    def _lowest_pending(self) -> int:
+        """The lowest pending stream sequence: a heap with lazy deletion, not a scan of pending."""
+        heap, pending = self._pending_order, self.state.pending
+        if len(heap) > 4 * len(pending) + 64:
+            heap[:] = list(pending)
+            heapq.heapify(heap)
+        while heap[0] not in pending:
+            heapq.heappop(heap)
+        return heap[0]
 
     # -- retention ----------------------------------------------------------------------------
 
@@ -432,4 +445,6 @@ class Consumer:
         heapq.heapify(self._due)
         self._redeliver = []
         self._queued = set()
+        self._pending_order = list(st.pending)
+        heapq.heapify(self._pending_order)
         self.events_since_snapshot = 0

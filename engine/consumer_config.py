@@ -14,10 +14,18 @@ from datetime import datetime
 from enum import IntEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from engine import errors
-from engine.config import MAX_DESCRIPTION_LEN, MAX_METADATA_LEN, MAX_NAME_LEN, NS_PER_MS, NS_PER_S, StreamConfig
+from engine.config import (
+    MAX_DESCRIPTION_LEN,
+    MAX_METADATA_LEN,
+    MAX_NAME_LEN,
+    NS_PER_MS,
+    NS_PER_S,
+    StreamConfig,
+    parse_model,
+)
 from engine.subjects import is_subset_match, is_valid_subject, subjects_collide
 
 DEFAULT_ACK_WAIT = 30 * NS_PER_S
@@ -104,7 +112,7 @@ def rfc3339_ns(value: str) -> int:
 class ConsumerConfig(BaseModel):
     """A consumer's configuration, as `$JS.API.CONSUMER.CREATE` takes it; durations in nanoseconds."""
 
-    model_config = ConfigDict(extra="forbid", strict=False, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
 
     durable_name: str | None = None
     name: str | None = None
@@ -171,20 +179,7 @@ def consumer_name(config: ConsumerConfig) -> str:
 
 def parse_consumer_config(body: Any) -> ConsumerConfig:
     """Parses the `config` object of a consumer create or update request."""
-    if not isinstance(body, dict):
-        raise errors.invalid_json("a consumer configuration must be a JSON object")
-    try:
-        return ConsumerConfig.model_validate(body)
-    except ValidationError as exc:
-        raise errors.invalid_config(_describe(exc)) from None
-
-
-def _describe(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "config"
-    if first["type"] == "extra_forbidden":
-        return f"unknown field {where!r} in consumer configuration"
-    return f"invalid consumer configuration field {where!r}: {first['msg']}"
+    return parse_model(ConsumerConfig, body, "consumer configuration")
 
 
 def check_consumer_config(

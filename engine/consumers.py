@@ -15,6 +15,7 @@ import secrets
 import shutil
 import string
 import uuid
+from pathlib import Path
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,7 @@ from engine.consumer import AckEvent, Consumer, Delivery
 from engine.consumer_config import ConsumerConfig, check_consumer_config, check_consumer_update, parse_consumer_config
 from engine.store.acks import SNAPSHOT, AckStore, EventRow
 from engine.store.files import atomic_write
-from engine.store.layout import Layout
+from engine.store.layout import Layout, file_name
 
 if TYPE_CHECKING:
     from engine.stream import Stream
@@ -53,7 +54,7 @@ class Consumers:
         self.acks.create()
         histories = self.acks.recover()
         for stream in streams.values():
-            folder = self.layout.consumer_configs / stream.name
+            folder = self.layout.consumer_configs / file_name(stream.name, "")
             for path in sorted(folder.glob("*.json")) if folder.exists() else []:
                 record = orjson.loads(path.read_bytes())
                 config = parse_consumer_config(record["config"])
@@ -117,7 +118,7 @@ class Consumers:
     def _remove(self, stream: Stream, consumer: Consumer) -> None:
         consumer.deleted = True
         del stream.consumers[consumer.name]
-        (self.layout.consumer_configs / stream.name / f"{consumer.name}.json").unlink(missing_ok=True)
+        self._config_path(stream.name, consumer.name).unlink(missing_ok=True)
         self.acks.forget(consumer.consumer_id)
         self._sweep(stream)
         self._notify(stream)
@@ -127,7 +128,7 @@ class Consumers:
             consumer.deleted = True
             self.acks.forget(consumer.consumer_id)
         stream.consumers.clear()
-        shutil.rmtree(self.layout.consumer_configs / stream.name, ignore_errors=True)
+        shutil.rmtree(self.layout.consumer_configs / file_name(stream.name, ""), ignore_errors=True)
 
     def get(self, stream: Stream, name: str) -> Consumer:
         consumer = stream.consumers.get(name)
@@ -157,7 +158,10 @@ class Consumers:
             "ephemeral": consumer.ephemeral,
             "start": consumer.snapshot(),
         }
-        atomic_write(self.layout.consumer_configs / consumer.stream.name / f"{consumer.name}.json", orjson.dumps(record))
+        atomic_write(self._config_path(consumer.stream.name, consumer.name), orjson.dumps(record))
+
+    def _config_path(self, stream: str, consumer: str) -> Path:
+        return self.layout.consumer_configs / file_name(stream, "") / file_name(consumer, ".json")
 
     # -- pulls and acks -----------------------------------------------------------------------
 

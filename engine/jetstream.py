@@ -198,7 +198,8 @@ class JetStream:
             return self._info(stream)
 
     def delete_stream(self, name: str) -> None:
-        with self._lock, self._flush_lock:
+        # Lock order everywhere: the flush lock before the registry lock (flush() takes both).
+        with self._flush_lock, self._lock:
             entry = self._streams.get(name)
             if entry is None:
                 raise errors.StreamNotFoundError()
@@ -207,7 +208,7 @@ class JetStream:
                 self.consumers.drop_stream(entry.stream)
                 del self._streams[name]
                 self._by_subject.clear()
-                (self.layout.stream_configs / f"{name}.json").unlink(missing_ok=True)
+                self.layout.stream_config(name).unlink(missing_ok=True)
                 entry.stream.store.destroy()
 
     def stream_info(self, name: str, subjects_filter: str | None = None) -> dict[str, Any]:
@@ -255,7 +256,7 @@ class JetStream:
 
     def _write_config(self, stream: Stream) -> None:
         record = {"config": stream.config.to_json(), "created": stream.created_ns, "stream_id": stream.stream_id}
-        atomic_write(self.layout.stream_configs / f"{stream.name}.json", orjson.dumps(record))
+        atomic_write(self.layout.stream_config(stream.name), orjson.dumps(record))
 
     def _info(self, stream: Stream, subjects_filter: str | None = None) -> dict[str, Any]:
         return {
@@ -355,7 +356,13 @@ class JetStream:
         return self._stream(name).get(seq)
 
     def delete_message(self, name: str, seq: int, erase: bool = True) -> None:
-        self._stream(name).delete_message(seq, erase)
+        stream = self._stream(name)
+        if erase and isinstance(stream.store, DeltaStore):
+            from engine.erasures import registry  # queues a GDPR erasure request for the erase job
+
+            registry(self.layout).delete_and_queue(stream, seq)
+        else:
+            stream.delete_message(seq, erase)
 
     def purge(self, name: str, filter_: str | None = None, seq: int = 0, keep: int = 0) -> int:
         return self._stream(name).purge(filter_, seq, keep)

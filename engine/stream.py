@@ -231,6 +231,8 @@ class Stream:
             expected_stream = hdr.first(h, hdr.EXPECTED_STREAM)
             if expected_stream is not None and expected_stream != c.name:
                 raise errors.stream_not_match()
+        if h:
+            self._check_expected_sequences(msg.subject, h)
         msg_id = hdr.first(h, hdr.MSG_ID) if h else None
         if msg_id:
             self._expire_msg_ids(now)
@@ -238,7 +240,9 @@ class Stream:
             if seen is not None:
                 return PubAck(c.name, seen[0], duplicate=True)
         if h:
-            self._check_expectations(msg.subject, h)
+            expected_msg_id = hdr.first(h, hdr.EXPECTED_LAST_MSG_ID)
+            if expected_msg_id is not None and expected_msg_id != (self.last_msg_id or ""):
+                raise errors.wrong_last_msg_id(self.last_msg_id or "")
         if h and hdr.TTL in h:
             _check_ttl(hdr.first(h, hdr.TTL) or "")
             raise errors.ttl_disabled()
@@ -275,7 +279,7 @@ class Stream:
             acc.remove("interest", self._remove(np.array([seq], np.int64)))
         return PubAck(c.name, seq)
 
-    def _check_expectations(self, subject: str, h: dict[str, list[str]]) -> None:
+    def _check_expected_sequences(self, subject: str, h: dict[str, list[str]]) -> None:
         expected_last = hdr.first(h, hdr.EXPECTED_LAST_SEQ)
         if expected_last is not None:
             if _parse_seq(expected_last, hdr.EXPECTED_LAST_SEQ) != self.index.last_seq:
@@ -291,9 +295,6 @@ class Stream:
                 raise errors.WrongLastSequenceError(last)
         elif check_subject is not None:
             raise errors.expected_subject_alone()
-        expected_msg_id = hdr.first(h, hdr.EXPECTED_LAST_MSG_ID)
-        if expected_msg_id is not None and expected_msg_id != (self.last_msg_id or ""):
-            raise errors.wrong_last_msg_id(self.last_msg_id or "")
 
     def _rollup(self, h: dict[str, list[str]]) -> str | None:
         value = hdr.first(h, hdr.ROLLUP)
@@ -302,7 +303,7 @@ class Stream:
         if not self.config.allow_rollup_hdrs or self.config.deny_purge:
             raise errors.rollup_failed("rollup not permitted")
         if value not in (hdr.ROLLUP_SUBJECT, hdr.ROLLUP_ALL):
-            raise errors.rollup_failed(f"rollup value invalid: {value}")
+            raise errors.rollup_failed(f'rollup value invalid: "{value}"')
         return value
 
     def _check_discard_new(self, subject: str, size: int, rollup: str | None) -> None:
@@ -419,7 +420,21 @@ class Stream:
             self._record_removals({reason: seqs.tolist()}, self.clock.now_ns())
             return len(seqs)
 
+    def erase_seqs(self, seqs: np.ndarray) -> int:
+        """GDPR erasure: the live messages among `seqs` leave every read at once, recorded as tombstones
+        with reason "erase" and erase=True for the erase job. Not refused by `sealed` or `deny_delete`."""
+        with self.lock:
+            seqs = np.unique(np.asarray(seqs, np.int64))
+            seqs = seqs[self.index.live_mask(seqs)] if len(seqs) else seqs
+            if not len(seqs):
+                return 0
+            self._remove(seqs)
+            self._record_removals({"erase": seqs.tolist()}, self.clock.now_ns(), erase=True)
+            return len(seqs)
+
     def get(self, seq: int) -> StoredMessage:
+        if seq <= 0:
+            raise errors.bad_request("a message sequence must be a positive integer")
         with self.lock:
             self._expire(self.clock.now_ns())
             msg = self.store.load(seq, self.index) if seq > 0 else None
@@ -462,8 +477,9 @@ class Stream:
                 "num_deleted": ix.num_deleted,
                 "consumer_count": self.consumer_count,
             }
-            if subjects_filter:
-                state["subjects"] = ix.subjects_state(subjects_filter)
+            subjects = ix.subjects_state(subjects_filter) if subjects_filter else None
+            if subjects:
+                state["subjects"] = subjects
             return state
 
     # -- removal ------------------------------------------------------------------------------

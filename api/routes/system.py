@@ -1,9 +1,10 @@
-"""Health, Prometheus metrics and JetStream's AccountInfo."""
+"""Health, Prometheus metrics, JetStream's AccountInfo, and a flush for `jetlake sql`."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from api.responses import json_response
 from engine import JetStream
@@ -29,6 +30,14 @@ def account_info(request: Request) -> Response:
     info = _engine(request).account_info()
     info["api"] = {"level": API_LEVEL, "total": request.app.state.api_total, "errors": request.app.state.api_errors}
     return json_response(info)
+
+
+@router.post("/v1/flush")
+async def flush(request: Request) -> Response:
+    """Commits every stream's log (and the acks) to the tables now: `jetlake sql` calls it first, so a
+    query sees every message acknowledged before it started. Waits for a flush already running."""
+    commits = await run_in_threadpool(_engine(request).flush)
+    return json_response({"success": True, "commits": commits})
 
 
 @router.get("/metrics")

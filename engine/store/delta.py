@@ -109,6 +109,26 @@ class FlushJob:
     buffered_upto: int
 
 
+class _Window:
+    """Messages read from the table for a range of sequences, as Python columns: O(1) per message."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.seqs = table.column("seq").to_numpy()
+        self._positions = {int(s): i for i, s in enumerate(self.seqs.tolist())}
+        self.subjects = table.column("subject").to_pylist()
+        self.ts = (table.column("ts").cast(pa.int64()).to_numpy() * 1000).tolist()
+        self.msg_ids = table.column("msg_id").to_pylist()
+        self.headers = table.column("headers").to_pylist()
+        self.data = table.column("data").to_pylist()
+
+    def get(self, seq: int) -> StoredMessage | None:
+        i = self._positions.get(seq)
+        if i is None:
+            return None
+        headers = self.headers[i]
+        return StoredMessage(self.subjects[i], seq, self.ts[i], self.data[i] or b"", dict(headers) if headers else None, self.msg_ids[i])
+
+
 @dataclass
 class _FileMap:
     version: int = -1
@@ -141,7 +161,7 @@ class DeltaStore:
         self._unflushed_bytes = 0
         self._files = _FileMap()
         self._files_lock = threading.Lock()
-        self._windows: list[tuple[int, int, pa.Table, np.ndarray]] = []
+        self._windows: list[tuple[int, int, _Window]] = []
         self.commits = 0
 
     @property
@@ -294,11 +314,9 @@ class DeltaStore:
         return found
 
     def _window_get(self, seq: int) -> StoredMessage | None:
-        for lo, hi, table, seq_col in self._windows:
+        for lo, hi, window in self._windows:
             if lo <= seq <= hi:
-                i = int(np.searchsorted(seq_col, seq))
-                if i < len(seq_col) and seq_col[i] == seq:
-                    return message_at(table, i)
+                return window.get(seq)
         return None
 
     def _read_window(self, lo: int, hi: int, index: MessageIndex) -> None:
@@ -320,7 +338,7 @@ class DeltaStore:
         if not tables:
             return
         table = pa.concat_tables(tables).sort_by("seq")
-        self._windows.append((lo, hi, table, table.column("seq").to_numpy()))
+        self._windows.append((lo, hi, _Window(table)))
         while len(self._windows) > READ_WINDOWS:
             self._windows.pop(0)
 

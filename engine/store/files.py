@@ -9,7 +9,7 @@ from pathlib import Path
 def atomic_write(path: Path, data: bytes) -> None:
     """Writes a temporary file, fsyncs it, renames it over `path` and fsyncs the folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp = path.parent / f".{abs(hash(path.name)):x}.tmp"
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()

@@ -97,6 +97,15 @@ def partition_value(subject: str, tokens: int = 0) -> str:
     return f"{readable}~{digest}"
 
 
+def file_name(name: str, suffix: str) -> str:
+    """A file name for an asset: its name when that fits a file system's 255 bytes with room to spare
+    (for `.tmp` siblings), else a readable prefix and a hash. Files hold the full name inside."""
+    if len((name + suffix).encode()) <= 200:
+        return name + suffix
+    digest = hashlib.sha256(name.encode()).hexdigest()[:24]
+    return name.encode()[:120].decode(errors="ignore") + "~" + digest + suffix
+
+
 class Layout:
     """Paths of one account's tables and files in a warehouse."""
 
@@ -115,6 +124,9 @@ class Layout:
     @property
     def stream_configs(self) -> Path:
         return self.root / "_system" / "streams"
+
+    def stream_config(self, stream: str) -> Path:
+        return self.stream_configs / file_name(stream, ".json")
 
     @property
     def tombstones_table(self) -> Path:
@@ -145,5 +157,5 @@ class Layout:
         return self.root / "_system" / "owner.lock"
 
     def lease_file(self, table: Path) -> Path:
-        relative = table.resolve().relative_to(self.root)
-        return self.leases / (str(relative).replace("/", "__") + ".lease")
+        relative = str(table.resolve().relative_to(self.root)).replace("/", "__")
+        return self.leases / file_name(relative, ".lease")

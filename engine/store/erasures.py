@@ -1,0 +1,61 @@
+"""How GDPR erasure requests are stored: one JSON file per request under `_system/erasures/`.
+
+```
+<warehouse>/<account>/_system/erasures/<id>.json
+{"id": "<32 hex>", "stream": "ORDERS", "stream_id": "<hex>", "ranges": [[first, last], ...],
+ "messages": N, "by": "seq" | "filter" | "delete", "status": "pending" | "done",
+ "requested": <ns>, "completed": <ns>?, "receipt": {...}?}
+```
+A request holds no subject, no filter text and no payload: only sequence ranges (inclusive), so the
+registry itself never keeps what it erases. Files rather than a Delta table: the gateway must make
+a request durable before it answers (one small fsynced file, no commit lease, no table history that
+would need its own cleanup), the erase job replaces one request's file when it is done (an atomic
+rename: readers see the old or the new record, never half of one), and each file has one writer at
+a time (the gateway creates it, the job then replaces it). jobs/erase.py reads and writes the same
+format with its own few lines, since jobs/ may import only layout and lease from the engine.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from engine.store.files import atomic_write
+from engine.store.layout import Layout
+
+PENDING = "pending"
+DONE = "done"
+_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+def erasures_dir(layout: Layout) -> Path:
+    return layout.root / "_system" / "erasures"
+
+
+def valid_id(erasure_id: str) -> bool:
+    return bool(_ID.match(erasure_id))
+
+
+def request_path(layout: Layout, erasure_id: str) -> Path:
+    if not valid_id(erasure_id):
+        raise ValueError(f"invalid erasure id {erasure_id!r}")
+    return erasures_dir(layout) / f"{erasure_id}.json"
+
+
+def write_request(layout: Layout, record: dict[str, Any]) -> None:
+    atomic_write(request_path(layout, record["id"]), orjson.dumps(record))
+
+
+def read_request(layout: Layout, erasure_id: str) -> dict[str, Any] | None:
+    try:
+        path = request_path(layout, erasure_id)
+        return orjson.loads(path.read_bytes())  # type: ignore[no-any-return]
+    except (ValueError, FileNotFoundError):
+        return None
+
+
+def remove_request(layout: Layout, erasure_id: str) -> None:
+    request_path(layout, erasure_id).unlink(missing_ok=True)
