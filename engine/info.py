@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 import pybase64
@@ -12,12 +13,17 @@ from engine.store.base import StoredMessage
 ZERO_TIME = "0001-01-01T00:00:00Z"
 
 
+@lru_cache(maxsize=4096)
+def _seconds(seconds: int) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
 def rfc3339(ns: int) -> str:
     """RFC 3339 UTC with the fraction JetStream prints (trailing zeros trimmed)."""
     if ns <= 0:
         return ZERO_TIME
     seconds, frac = divmod(ns, 1_000_000_000)
-    base = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    base = _seconds(seconds)
     if frac:
         return f"{base}.{frac:09d}".rstrip("0") + "Z"
     return base + "Z"

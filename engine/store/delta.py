@@ -23,7 +23,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from engine.index import MessageIndex
@@ -46,7 +46,8 @@ log = logging.getLogger(__name__)
 
 KIND_REMOVE = 2
 DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
-READ_AHEAD = 4096
+ROW_GROUP_ROWS = 8192  # small row groups: a read by sequence decodes one group, not a whole file
+READ_AHEAD = ROW_GROUP_ROWS
 READ_WINDOWS = 4
 
 
@@ -235,6 +236,7 @@ class DeltaStore:
                     job.messages,
                     mode="append",
                     partition_by=[PARTITION_COLUMN],
+                    writer_properties=WriterProperties(max_row_group_size=ROW_GROUP_ROWS, compression="SNAPPY"),
                     commit_properties=CommitProperties(
                         app_transactions=[Transaction(app_id=self.stream_id, version=job.last_msg_seq)]
                     ),
