@@ -198,14 +198,16 @@ class Consumers:
         return results
 
     def _resolve(self, consumer: Consumer, ref: str | int) -> int:
+        """The stream sequence an ack names: a sequence, or a token `<consumer id>.<seq>.<cseq>.<count>`."""
         if isinstance(ref, int):
             return ref
-        parts = ref.split(".")
-        if len(parts) != 4 or not all(p.isdigit() for p in parts[1:]):
+        consumer_id, _, rest = ref.partition(".")
+        parts = rest.split(".")
+        if len(parts) != 3 or not all(p.isdigit() for p in parts):
             raise errors.bad_request("invalid ack token")
-        if parts[0] != consumer.consumer_id:
+        if consumer_id != consumer.consumer_id:
             raise errors.bad_request("the ack token belongs to another consumer")
-        return int(parts[1])
+        return int(parts[0])
 
     def _rows(self, consumer: Consumer, events: list[AckEvent]) -> list[EventRow]:
         if consumer.stream.config.storage == "memory":
