@@ -37,24 +37,42 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import http.client
 import json
-import math
-import multiprocessing as mp
 import os
 import random
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-HOST = "127.0.0.1"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (  # noqa: E402
+    HOST,
+    ROOT,
+    RawHTTP,
+    build_request,
+    count_table,
+    find_nats_server,
+    http_call,
+    log,
+    maybe_uvloop,
+    parse_head,
+    pct_ms,
+    rate,
+    ratio,
+    run_workers,
+    serve_help,
+    start_gateway,
+    start_nats,
+    stop_process,
+    tail,
+)
+from common import loads as _loads  # noqa: E402
+
 STREAM = "BENCH"
 PAYLOAD_SIZE = 1024
 # Distinct random payloads, so that Parquet's dictionary encoding and compression cannot make a
@@ -65,217 +83,6 @@ B_BODIES = 8  # batch bodies prebuilt per (b) client and cycled: 8,000 distinct 
 _POOL_BYTES = random.Random(1234).randbytes(PAYLOAD_SIZE * POOL_SIZE)
 POOL = [_POOL_BYTES[i * PAYLOAD_SIZE:(i + 1) * PAYLOAD_SIZE] for i in range(POOL_SIZE)]
 N_SUBJECTS = 4  # bench.0 .. bench.3
-
-try:  # faster JSON decoding on the client side, if present
-    import orjson as _orjson
-
-    _loads = _orjson.loads
-except Exception:  # pragma: no cover
-    _loads = json.loads
-
-
-# ----------------------------------------------------------------------------------------------
-# small helpers
-# ----------------------------------------------------------------------------------------------
-
-_T_START = time.monotonic()
-
-
-def log(msg: str) -> None:
-    print(f"[bench {time.monotonic() - _T_START:7.1f}s] {msg}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
-def pct_ms(sorted_ns: list[int], q: float) -> float | None:
-    """Nearest-rank percentile of sorted nanosecond latencies, in ms."""
-    if not sorted_ns:
-        return None
-    n = len(sorted_ns)
-    idx = min(n - 1, max(0, math.ceil(q * n) - 1))
-    return round(sorted_ns[idx] / 1e6, 3)
-
-
-def rate(n: int, t0_ns: int, t1_ns: int) -> float | None:
-    dt = (t1_ns - t0_ns) / 1e9
-    return round(n / dt, 1) if dt > 0 and n > 0 else None
-
-
-def maybe_uvloop() -> None:
-    try:
-        import uvloop  # noqa: F401
-
-        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    except Exception:
-        pass
-
-
-def stop_process(p: subprocess.Popen, name: str, grace: float = 15.0) -> None:
-    """Terminate a process we started (by its PID), wait, kill if needed. It was started in its own
-    session, so its process group id is its PID: while the exited leader is still unreaped (a zombie,
-    so the id cannot be reused) the group gets a SIGKILL too, for any child it left behind."""
-    if p is None or p.returncode is not None:
-        return
-
-    def exited(timeout: float) -> bool:
-        end = time.monotonic() + timeout
-        while True:
-            try:
-                if os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
-                    return True
-            except ChildProcessError:
-                return True
-            if time.monotonic() >= end:
-                return False
-            time.sleep(0.05)
-
-    log(f"stopping {name} (pid {p.pid})")
-    try:
-        p.terminate()
-    except ProcessLookupError:
-        pass
-    if not exited(grace):
-        log(f"{name} (pid {p.pid}) did not stop in {grace:.0f}s: kill")
-        try:
-            p.kill()
-        except ProcessLookupError:
-            pass
-        exited(10)
-    try:
-        os.killpg(p.pid, signal.SIGKILL)  # leftovers in the group we created
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        p.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        log(f"{name} (pid {p.pid}) still alive after SIGKILL")
-
-
-_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def proc_cpu_s(pid: int | None) -> float | None:
-    """user+system CPU seconds of a live process (Linux /proc), None if unknown."""
-    if pid is None:
-        return None
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _TICK
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def tail(path: Path, n: int = 30) -> str:
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-        return "\n".join(lines[-n:])
-    except OSError:
-        return ""
-
-
-# ----------------------------------------------------------------------------------------------
-# minimal HTTP/1.1 keep-alive client (blocking raw socket)
-# ----------------------------------------------------------------------------------------------
-
-
-def build_request(method: str, path: str, port: int, body: bytes, ctype: str) -> bytes:
-    head = (
-        f"{method} {path} HTTP/1.1\r\nHost: {HOST}:{port}\r\nContent-Type: {ctype}\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    ).encode()
-    return head + body
-
-
-def parse_head(head: bytes) -> tuple[int, int | None, bool, bool]:
-    """-> (status, content_length or None, chunked, connection_close). `head` excludes the blank line."""
-    lines = head.split(b"\r\n")
-    status = int(lines[0].split(b" ", 2)[1])
-    clen = None
-    chunked = False
-    close = False
-    for line in lines[1:]:
-        k, _, v = line.partition(b":")
-        k = k.strip().lower()
-        if k == b"content-length":
-            clen = int(v.strip())
-        elif k == b"transfer-encoding" and b"chunked" in v.lower():
-            chunked = True
-        elif k == b"connection" and b"close" in v.lower():
-            close = True
-    return status, clen, chunked, close
-
-
-class RawHTTP:
-    def __init__(self, port: int):
-        self.port = port
-        self.sock: socket.socket | None = None
-        self.buf = bytearray()
-        self._connect()
-
-    def _connect(self) -> None:
-        if self.sock is not None:
-            self.sock.close()
-        self.sock = socket.create_connection((HOST, self.port), timeout=120)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buf = bytearray()
-
-    def _fill(self) -> None:
-        chunk = self.sock.recv(262144)
-        if not chunk:
-            raise ConnectionError("server closed the connection")
-        self.buf += chunk
-
-    def _read_exact(self, n: int) -> bytes:
-        while len(self.buf) < n:
-            self._fill()
-        out = bytes(self.buf[:n])
-        del self.buf[:n]
-        return out
-
-    def _read_line(self) -> bytes:
-        while True:
-            i = self.buf.find(b"\r\n")
-            if i >= 0:
-                out = bytes(self.buf[:i])
-                del self.buf[: i + 2]
-                return out
-            self._fill()
-
-    def request(self, req: bytes) -> tuple[int, bytes]:
-        self.sock.sendall(req)
-        while True:
-            i = self.buf.find(b"\r\n\r\n")
-            if i >= 0:
-                break
-            self._fill()
-        head = bytes(self.buf[:i])
-        del self.buf[: i + 4]
-        status, clen, chunked, close = parse_head(head)
-        if chunked:
-            parts = []
-            while True:
-                size = int(self._read_line().split(b";")[0], 16)
-                if size == 0:
-                    while self._read_line():  # trailers
-                        pass
-                    break
-                parts.append(self._read_exact(size))
-                self._read_exact(2)
-            body = b"".join(parts)
-        else:
-            body = self._read_exact(clen or 0)
-        if close:
-            self._connect()
-        return status, body
-
-    def close(self) -> None:
-        if self.sock is not None:
-            self.sock.close()
-            self.sock = None
 
 
 async def aread_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
@@ -296,66 +103,20 @@ async def aread_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
 
 
 # ----------------------------------------------------------------------------------------------
-# worker processes: each reports "ready" after connecting and warming up, waits for "go", runs
-# its share, and sends back {n, errors, t0, t1, lat?, seqs?}
+# the workers below run under common.run_workers: each reports "ready" after connecting and warming
+# up, waits for "go", runs its share, and sends back {n, errors, t0, t1, lat?, seqs?}
 # ----------------------------------------------------------------------------------------------
 
-MP = mp.get_context("fork")
 
-
-def _worker_main(fn, args, ready_q, go, result_q, idx):
-    try:
-        res = fn(*args, ready=lambda: ready_q.put(idx), go=go)
-        res["idx"] = idx
-    except BaseException:  # report, never hang the parent
-        res = {"idx": idx, "error": traceback.format_exc(limit=6)}
-        ready_q.put(idx)  # unblock the parent if we died before being ready
-    result_q.put(res)
-
-
-def run_workers(fn, args_list: list[tuple], ready_timeout: float, run_timeout: float,
-                server_pid: int | None = None) -> list[dict]:
-    """Start one process per args tuple, wait until all are ready, release them together, collect.
-    The last element returned is {"server_cpu_s": CPU seconds the server used while they ran}."""
-    ready_q, result_q = MP.Queue(), MP.Queue()
-    go = MP.Event()
-    procs = []
-    for i, args in enumerate(args_list):
-        p = MP.Process(target=_worker_main, args=(fn, args, ready_q, go, result_q, i), daemon=True)
-        p.start()
-        procs.append(p)
-    results: list[dict] = []
-    try:
-        deadline = time.monotonic() + ready_timeout
-        for _ in procs:
-            ready_q.get(timeout=max(0.1, deadline - time.monotonic()))
-        cpu0 = proc_cpu_s(server_pid)
-        go.set()
-        deadline = time.monotonic() + run_timeout
-        for _ in procs:
-            results.append(result_q.get(timeout=max(0.1, deadline - time.monotonic())))
-        cpu1 = proc_cpu_s(server_pid)
-        results.append({"server_cpu_s": round(cpu1 - cpu0, 2) if cpu0 is not None and cpu1 is not None else None})
-    except Exception as e:  # queue.Empty on timeout
-        results.append({"error": f"workers timed out or failed: {e!r}"})
-    finally:
-        go.set()
-        for p in procs:
-            p.join(timeout=5)
-            if p.is_alive():
-                p.kill()  # by its PID
-                p.join(timeout=5)
-    return results
-
-
-def merge(results: list[dict]) -> dict:
+def merge(run: tuple[list[dict], dict]) -> dict:
+    results, meta = run
     errs = [r["error"] for r in results if "error" in r]
     if errs:
         raise RuntimeError("worker failed: " + errs[0])
-    server_cpu = [r["server_cpu_s"] for r in results if "server_cpu_s" in r]
-    results = [r for r in results if "server_cpu_s" not in r]
+    if "error" in meta:  # timed out or failed before every worker answered
+        raise RuntimeError("worker failed: " + meta["error"])
     out = {
-        "server_cpu_s": server_cpu[0] if server_cpu else None,
+        "server_cpu_s": meta.get("server_cpu_s"),
         "client_cpu_s": round(sum(r.get("cpu_s", 0.0) for r in results), 2),
         "n": sum(r["n"] for r in results),
         "errors": sum(r.get("errors", 0) for r in results),
@@ -700,39 +461,6 @@ class Sizes:
 # ----------------------------------------------------------------------------------------------
 
 
-def http_call(port: int, method: str, path: str, body: dict | None = None, timeout: float = 30.0):
-    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
-    try:
-        data = json.dumps(body).encode() if body is not None else None
-        headers = {"Content-Type": "application/json"} if data is not None else {}
-        conn.request(method, path, body=data, headers=headers)
-        r = conn.getresponse()
-        raw = r.read()
-        try:
-            parsed = json.loads(raw) if raw else None
-        except ValueError:
-            parsed = raw[:500].decode(errors="replace")
-        return r.status, parsed
-    finally:
-        conn.close()
-
-
-def serve_help(jetlake: Path) -> str:
-    try:
-        r = subprocess.run([str(jetlake), "serve", "--help"], capture_output=True, text=True, timeout=60,
-                           stdin=subprocess.DEVNULL)
-        return r.stdout + r.stderr
-    except Exception as e:  # noqa: BLE001
-        return f"<serve --help failed: {e!r}>"
-
-
-def count_table(table: Path) -> dict:
-    log_dir = table / "_delta_log"
-    commits = len(list(log_dir.glob("*.json"))) if log_dir.is_dir() else 0
-    files = [p for p in table.rglob("*.parquet") if "_delta_log" not in p.relative_to(table).parts]
-    return {"commits": commits, "data_files": len(files), "data_bytes": sum(p.stat().st_size for p in files)}
-
-
 def bench_jetlake(args, sizes: Sizes, sync_always: bool, workdir: Path) -> dict:
     out: dict = {"sync": "always" if sync_always else "default"}
     jetlake = Path(args.jetlake)
@@ -743,50 +471,26 @@ def bench_jetlake(args, sizes: Sizes, sync_always: bool, workdir: Path) -> dict:
     help_text = serve_help(jetlake)
     wh = workdir / ("wh-sync" if sync_always else "wh")
     wh.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    cmd = [str(jetlake), "serve", "--warehouse", str(wh), "--host", HOST, "--port", str(port)]
+    extra: list[str] = []
     if "--flush-interval" in help_text:
-        cmd += ["--flush-interval", str(args.flush_interval)]
+        extra += ["--flush-interval", str(args.flush_interval)]
         out["flush_interval_s"] = args.flush_interval
     else:
         out["flush_interval_s"] = None
         out["note_flush_interval"] = "serve has no --flush-interval flag; gateway default used (~1 s per DESIGN.md)"
-    for extra in args.serve_arg:
-        cmd += extra.split()
+    for arg in args.serve_arg:
+        extra += arg.split()
     if sync_always:
         if "--sync" not in help_text:
             out["error"] = "jetlake serve has no --sync flag"
             log(out["error"])
             return out
-        cmd += ["--sync", "always"]
+        extra += ["--sync", "always"]
     log_path = workdir / ("gateway-sync.log" if sync_always else "gateway.log")
-    log(f"starting gateway: {' '.join(cmd)}")
-    logf = open(log_path, "wb")
-    t_spawn = time.monotonic()
-    p = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(workdir),
-                         start_new_session=True)
+    p = None
     try:
-        # ready?
-        deadline = time.monotonic() + args.start_timeout
-        ready = False
-        last = None
-        while time.monotonic() < deadline:
-            if p.poll() is not None:
-                raise RuntimeError(f"gateway exited with {p.returncode} before ready; log tail:\n{tail(log_path)}")
-            try:
-                st, body = http_call(port, "GET", "/healthz", timeout=2)
-                last = (st, body)
-                if st == 200:
-                    ready = True
-                    break
-            except OSError as e:
-                last = repr(e)
-            time.sleep(0.05)
-        if not ready:
-            raise RuntimeError(f"gateway not healthy within {args.start_timeout}s (last: {last}); log tail:\n"
-                               f"{tail(log_path)}")
-        out["startup_s"] = round(time.monotonic() - t_spawn, 2)
-        log(f"gateway healthy on port {port} after {out['startup_s']}s (pid {p.pid})")
+        # started in the warehouse's parent (workdir), ready once /healthz answers 200
+        p, port, out["startup_s"] = start_gateway(jetlake, wh, log_path, extra, start_timeout=args.start_timeout)
 
         st, body = http_call(port, "POST", "/v1/streams", {"name": STREAM, "subjects": ["bench.>"]})
         if st not in (200, 201):
@@ -869,8 +573,7 @@ def bench_jetlake(args, sizes: Sizes, sync_always: bool, workdir: Path) -> dict:
         log(f"jetlake run failed: {out['error']}")
     finally:
         stop_process(p, "gateway")
-        logf.close()
-        out["gateway_exit_code"] = p.returncode
+        out["gateway_exit_code"] = p.returncode if p is not None else None
         lt = tail(log_path, 15)
         if "error" in out and lt:
             out["gateway_log_tail"] = lt
@@ -880,34 +583,6 @@ def bench_jetlake(args, sizes: Sizes, sync_always: bool, workdir: Path) -> dict:
 # ----------------------------------------------------------------------------------------------
 # nats-server
 # ----------------------------------------------------------------------------------------------
-
-
-def find_nats_server(explicit: str | None) -> str | None:
-    cands = []
-    if explicit:
-        cands.append(Path(explicit))
-    cands += [Path(sys.prefix) / "bin" / "nats-server", Path(sys.executable).parent / "nats-server",
-              ROOT / ".venv" / "bin" / "nats-server"]
-    for c in cands:
-        if c.is_file() and os.access(c, os.X_OK):
-            return str(c)
-    return shutil.which("nats-server")
-
-
-def wait_nats_ready(port: int, p: subprocess.Popen, timeout: float, log_path: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if p.poll() is not None:
-            raise RuntimeError(f"nats-server exited with {p.returncode}; log tail:\n{tail(log_path)}")
-        try:
-            with socket.create_connection((HOST, port), timeout=1) as s:
-                if s.recv(4096).startswith(b"INFO"):
-                    return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    raise RuntimeError(f"nats-server not ready within {timeout}s; log tail:\n{tail(log_path)}")
-
 
 def nats_setup_stream(url: str) -> None:
     async def main():
@@ -936,22 +611,12 @@ def bench_nats(args, sizes: Sizes, sync_always: bool, workdir: Path) -> dict:
         log(out["error"])
         return out
     store = workdir / ("nats-sync" if sync_always else "nats")
-    store.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    if sync_always:
-        conf = workdir / "nats-sync.conf"
-        conf.write_text(f'listen: {HOST}:{port}\njetstream {{\n  store_dir: "{store}"\n  sync_interval: always\n}}\n')
-        cmd = [exe, "-c", str(conf)]
-    else:
-        cmd = [exe, "-a", HOST, "-p", str(port), "-js", "-sd", str(store)]
     log_path = workdir / ("nats-sync.log" if sync_always else "nats.log")
-    log(f"starting nats-server: {' '.join(cmd)}")
-    logf = open(log_path, "wb")
-    p = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(workdir),
-                         start_new_session=True)
-    url = f"nats://{HOST}:{port}"
+    p = None
     try:
-        wait_nats_ready(port, p, 20, log_path)
+        # with sync_always the config file is workdir/nats-sync.conf (`sync_interval: always`)
+        p, port = start_nats(exe, store, log_path, timeout=20, sync_always=sync_always)
+        url = f"nats://{HOST}:{port}"
         out["version"] = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
         nats_setup_stream(url)
 
@@ -980,17 +645,10 @@ def bench_nats(args, sizes: Sizes, sync_always: bool, workdir: Path) -> dict:
         log(f"nats run failed: {out['error']}")
     finally:
         stop_process(p, "nats-server")
-        logf.close()
     return out
 
 
 # ----------------------------------------------------------------------------------------------
-
-
-def ratio(a, b):
-    if a is None or b is None or not b:
-        return None
-    return round(a / b, 3)
 
 
 def main() -> int:
