@@ -39,6 +39,23 @@ def js(warehouse: Path, clock: ManualClock) -> Iterator[JetStream]:
     engine.close()
 
 
+def reopen(js: JetStream, clock: ManualClock, **options: int) -> JetStream:
+    """Closes an engine and opens a new one on its warehouse: a restart."""
+    js.close()
+    again = JetStream(js.layout.warehouse, EngineOptions(**options), clock=clock)
+    again.open(start_flusher=False)
+    return again
+
+
+@pytest.fixture
+def engine(js: JetStream) -> Iterator[list[JetStream]]:
+    """The engine in a box, so a test can swap it for a reopened one and still have it closed."""
+    box = [js]
+    yield box
+    if box[0] is not js:
+        box[0].close()
+
+
 @pytest.fixture
 def gateway(warehouse: Path) -> Iterator[Gateway]:
     """A real `jetlake serve` on loopback, on a fresh warehouse."""

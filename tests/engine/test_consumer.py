@@ -8,33 +8,21 @@ nats-server's checkPending; the clock only moves by whole milliseconds (the ack 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from engine import EngineOptions, JetStream, JetStreamError, ManualClock, PubAck
+from engine import JetStream, JetStreamError, ManualClock, PubAck
 from engine.config import NS_PER_S
+from tests.conftest import reopen
 from engine.info import rfc3339
 
 SECOND = NS_PER_S
 MS = SECOND // 1000
 
 
-def _reopen(js: JetStream, clock: ManualClock) -> JetStream:
-    js.close()
-    again = JetStream(js.layout.warehouse, EngineOptions(), clock=clock)
-    again.open(start_flusher=False)
-    return again
 
 
-@pytest.fixture
-def engine(js: JetStream) -> Iterator[list[JetStream]]:
-    """The engine in a box, so a test can swap it for a reopened one and still have it closed."""
-    box = [js]
-    yield box
-    if box[0] is not js:
-        box[0].close()
 
 
 def stream(js: JetStream, **config: Any) -> None:
@@ -520,7 +508,7 @@ def test_consumer_state_survives_a_restart(engine: list[JetStream], clock: Manua
     expected = want((4, 4), (2, 2), ack_pending=2, pending=2)
     assert figures(js) == expected
     before = _info_without_ts(js)
-    engine[0] = js = _reopen(js, clock)
+    engine[0] = js = reopen(js, clock)
     assert _info_without_ts(js) == before
     assert figures(js) == expected
     assert seqs(js) == [5, 6], "acked messages are not delivered again"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,24 +9,13 @@ from deltalake import DeltaTable
 
 from engine import EngineOptions, JetStream, JetStreamError, ManualClock, PubAck
 from engine.config import NS_PER_S
+from tests.conftest import reopen
 
 SECOND = NS_PER_S
 
 
-def _reopen(js: JetStream, clock: ManualClock, **options: int) -> JetStream:
-    js.close()
-    again = JetStream(js.layout.warehouse, EngineOptions(**options), clock=clock)
-    again.open(start_flusher=False)
-    return again
 
 
-@pytest.fixture
-def engine(js: JetStream) -> Iterator[list[JetStream]]:
-    """The engine in a box, so a test can swap it for a reopened one and still have it closed."""
-    box = [js]
-    yield box
-    if box[0] is not js:
-        box[0].close()
 
 
 def _ack(result: PubAck | JetStreamError) -> PubAck:
@@ -69,7 +57,7 @@ def test_duplicate_window_and_deletions_survive_a_restart(engine: list[JetStream
     js.flush()
     js.delete_message("S", 2)
     js.purge("S", "s.1", keep=1)
-    engine[0] = js = _reopen(js, clock)
+    engine[0] = js = reopen(js, clock)
     state = js.stream_info("S", "s.*")["state"]
     assert state["subjects"] == {"s.0": 3, "s.1": 1}
     assert (state["messages"], state["first_seq"], state["last_seq"], state["num_deleted"]) == (4, 1, 6, 2)
@@ -84,7 +72,7 @@ def test_memory_streams_are_gone_after_a_restart(engine: list[JetStream], clock:
     _ack(js.publish_one("mem", b"1"))
     _ack(js.publish_one("file", b"1"))
     assert js.get_message("MEM", 1).data == b"1"
-    engine[0] = js = _reopen(js, clock)
+    engine[0] = js = reopen(js, clock)
     assert [s["config"]["name"] for s in js.list_streams()["streams"]] == ["FILE"]
     assert not (js.layout.stream_table("MEM")).exists()
 
@@ -95,7 +83,7 @@ def test_first_seq_and_purge_past_the_end_survive_a_restart(engine: list[JetStre
     js.add_stream({"name": "P", "subjects": ["p"]})
     _ack(js.publish_one("p", b"1"))
     assert js.purge("P", seq=50) == 1
-    engine[0] = js = _reopen(js, clock)
+    engine[0] = js = reopen(js, clock)
     assert _ack(js.publish_one("f", b"x")).seq == 100
     assert _ack(js.publish_one("p", b"x")).seq == 50
     state = js.stream_info("P")["state"]
