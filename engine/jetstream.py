@@ -64,6 +64,7 @@ class FlushStats:
     last_error: str | None = None
     seconds: float = 0.0
     messages: int = 0
+    lease_waits: int = 0
 
 
 @dataclass
@@ -418,7 +419,14 @@ class JetStream:
                 if job is None:
                     continue
                 try:
-                    store.commit(job)
+                    store.commit(job, lease_timeout=0)
+                except TimeoutError:
+                    # A Spark job holds the table's lease: its messages wait in the log for the next round,
+                    # and the other streams are not held up.
+                    with stream.lock:
+                        store.requeue(job)
+                    self.flush_stats.lease_waits += 1
+                    continue
                 except Exception as exc:
                     with stream.lock:
                         store.requeue(job)
@@ -433,6 +441,8 @@ class JetStream:
             self.consumers.tick(self.streams())
             try:
                 commits += self.consumers.flush()
+            except TimeoutError:
+                self.flush_stats.lease_waits += 1
             except Exception as exc:
                 self.flush_stats.failures += 1
                 self.flush_stats.last_error = f"acks: {exc}"

@@ -70,7 +70,10 @@ def test_kill9_under_load_loses_no_acknowledged_message(warehouse: Path) -> None
 
     gw = Gateway(warehouse, "--flush-interval", "0.2").start()
     try:
-        assert torn.stat().st_size < size_with_tear or not torn.exists()
+        try:
+            assert torn.stat().st_size < size_with_tear, "the torn tail was cut"
+        except FileNotFoundError:
+            pass  # already flushed and deleted by the restarted gateway: the tear was cut before that
         with gw.client() as c:
             state = c.get(f"/v1/streams/{STREAM}").json()["state"]
             last = state["last_seq"]

@@ -123,27 +123,31 @@ class AckStore:
     # -- flush --------------------------------------------------------------------------------
 
     def flush(self) -> int:
+        """Commits the logged events; raises TimeoutError when a Spark job holds the table's lease."""
         with self._lock:
             if not self._pending and not self._folded:
                 return 0
             batches, self._pending = self._pending, []
             folded, self._folded = self._folded, {}
             segments = self.wal.rotate()
+        committed = False
         try:
             if batches:
                 table = pa.Table.from_batches(batches, schema=ACK_SCHEMA)
                 last = table.column("event_seq")[-1].as_py()
-                with commit_lease(self.layout.lease_file(self.path)):
+                with commit_lease(self.layout.lease_file(self.path), timeout=0):
                     write_deltalake(
                         str(self.path), table, mode="append",
                         commit_properties=CommitProperties(app_transactions=[Transaction(app_id=APP_ID, version=last)]),
                     )
+                committed = True
                 self.commits += 1
             if folded:
                 self._delete_folded(folded)
-        except Exception:
+        except BaseException:
             with self._lock:
-                self._pending = batches + self._pending
+                if not committed:
+                    self._pending = batches + self._pending
                 for cid, seq in folded.items():
                     self._folded.setdefault(cid, seq)
             raise
@@ -152,7 +156,7 @@ class AckStore:
 
     def _delete_folded(self, folded: dict[str, int]) -> None:
         predicate = " OR ".join(f"(consumer_id = '{cid}' AND event_seq < {seq})" for cid, seq in folded.items())
-        with commit_lease(self.layout.lease_file(self.path)):
+        with commit_lease(self.layout.lease_file(self.path), timeout=0):
             DeltaTable(str(self.path)).delete(predicate)
 
     # -- recovery -----------------------------------------------------------------------------

@@ -108,6 +108,7 @@ class FlushJob:
     last_seq: int
     segments: list[Path]
     buffered_upto: int
+    messages_committed: bool = False
 
 
 class _Window:
@@ -227,10 +228,13 @@ class DeltaStore:
         self._unflushed_bytes = 0
         return job
 
-    def commit(self, job: FlushJob) -> None:
-        """Writes a sealed job to the tables under their commit leases. Runs outside the stream's lock."""
-        if job.messages is not None:
-            with commit_lease(self.layout.lease_file(self.table_path)):
+    def commit(self, job: FlushJob, lease_timeout: float | None = None) -> None:
+        """Writes a sealed job to the tables under their commit leases. Runs outside the stream's lock.
+
+        Raises TimeoutError when a lease stays taken (a Spark job is committing) past `lease_timeout`.
+        """
+        if job.messages is not None and not job.messages_committed:
+            with commit_lease(self.layout.lease_file(self.table_path), timeout=lease_timeout):
                 write_deltalake(
                     str(self.table_path),
                     job.messages,
@@ -241,11 +245,12 @@ class DeltaStore:
                         app_transactions=[Transaction(app_id=self.stream_id, version=job.last_msg_seq)]
                     ),
                 )
+            job.messages_committed = True
             self.commits += 1
         if job.removals:
-            self._commit_removals(job)
+            self._commit_removals(job, lease_timeout)
 
-    def _commit_removals(self, job: FlushJob) -> None:
+    def _commit_removals(self, job: FlushJob, lease_timeout: float | None) -> None:
         rows: dict[str, list[object]] = {name: [] for name in TOMBSTONE_SCHEMA.names}
         for _, removal in job.removals:
             for first, last in removal.ranges:
@@ -265,13 +270,19 @@ class DeltaStore:
             Transaction(app_id=self._lsn_app, version=job.removals[-1][0]),
             Transaction(app_id=self._seq_app, version=max(job.last_seq, 0)),
         ]
-        with commit_lease(self.layout.lease_file(path)):
+        with commit_lease(self.layout.lease_file(path), timeout=lease_timeout):
             write_deltalake(str(path), table, mode="append", commit_properties=CommitProperties(app_transactions=txns))
 
     def requeue(self, job: FlushJob) -> None:
-        """A commit failed: its removals and messages stay pending; its segments are resealed next time."""
+        """A commit failed or waited: what it did not write stays pending; its segments are resealed next time.
+
+        Messages already committed are marked flushed, so a retry never appends them twice.
+        """
         self._pending_removals = job.removals + self._pending_removals
-        if job.messages is not None:
+        if job.messages_committed:
+            self.buffer.mark_flushed(job.buffered_upto)
+            self._stale = True
+        elif job.messages is not None:
             self._unflushed_bytes += max(job.messages.nbytes, 1)
 
     def finish(self, job: FlushJob) -> None:
