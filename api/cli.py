@@ -66,6 +66,14 @@ def _serve(args: argparse.Namespace) -> int:
     scheduler = _SchedulerChild(engine.layout.warehouse, args.spark_master) if args.scheduler else None
     if scheduler is not None:
         scheduler.start()
+        # uvicorn re-raises a captured SIGTERM after its shutdown, which would end this process before
+        # the `finally` below: stop the child first, then die of the signal as before.
+        def _stop_scheduler_then_exit(signum: int, _frame: Any) -> None:
+            scheduler.stop()
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+
+        signal.signal(signal.SIGTERM, _stop_scheduler_then_exit)
     try:
         uvicorn.run(
             create_app(engine, max_body=args.max_body),
@@ -86,7 +94,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 class _SchedulerChild:
-    """`serve --scheduler`: `jetlake scheduler` as a child process, restarted if it dies.
+    """`serve --scheduler`: `jetlake scheduler` as a child process, restarted (with a backoff) if it fails.
 
     A child process, not a thread: the jobs drive a JVM through py4j and pull results into Python;
     in the gateway's process that would load the JVM bridge and compete with the publish path for the
@@ -128,6 +136,9 @@ class _SchedulerChild:
             started = time.monotonic()
             code = proc.wait()
             if self._stopping.is_set():
+                return
+            if code == 0:
+                log.info("scheduler (pid %d) finished (nothing left to run)", proc.pid)
                 return
             if time.monotonic() - started > 300:
                 backoff = 5.0
@@ -185,13 +196,14 @@ def _jobs_run(args: argparse.Namespace) -> int:
 
 def _scheduler(args: argparse.Namespace) -> int:
     from engine.store.layout import Layout
-    from jobs.scheduler import Scheduler, intervals_from
+    from jobs.scheduler import Scheduler, intervals_from, start_delay_from
     from jobs.spark import spark_session
 
     try:
         intervals = intervals_from(
             {"retention": args.retention_interval, "compact": args.compact_interval, "erase": args.erase_interval}
         )
+        start_delay = start_delay_from(args.start_delay)
     except ValueError as exc:
         print(f"jetlake: {exc}", file=sys.stderr)
         return 2
@@ -201,6 +213,7 @@ def _scheduler(args: argparse.Namespace) -> int:
         intervals=intervals,
         max_runs=args.max_runs,
         duration=args.duration,
+        start_delay=start_delay,
     )
     signals = {"count": 0}
 
@@ -379,6 +392,8 @@ def build_parser() -> argparse.ArgumentParser:
         scheduler.add_argument(f"--{name}-interval", type=_seconds, default=None, metavar="S",
                                help=f"seconds between {name} runs, 0 = off (default $JETLAKE_{name.upper()}_INTERVAL, "
                                     f"then {int(_DEFAULT_INTERVALS[name])})")
+    scheduler.add_argument("--start-delay", type=_seconds, default=None, metavar="S",
+                           help="seconds before the first runs (default $JETLAKE_SCHEDULER_START_DELAY, then 0)")
     scheduler.add_argument("--max-runs", type=int, default=None, help="stop after this many job runs")
     scheduler.add_argument("--duration", type=_seconds, default=None, help="stop after this many seconds")
     scheduler.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)

@@ -1,0 +1,172 @@
+"""Compaction: fewer, larger files per partition; a checkpoint; expired log entries removed.
+
+The gateway's flusher commits a stream about once a second, each commit adding one small file per
+subject partition it touched, and a table's read and commit costs grow with its live file count. For
+each stream table and the `_system` tables (tombstones, acks) this job, under the table's commit lease:
+1. runs Delta's `OPTIMIZE` (bin-packing per partition toward `target_file_bytes`, Delta's
+   `spark.databricks.delta.optimize.maxFileSize`; files already that large are left alone) — only
+   when some partition holds two or more files smaller than the target, so a rerun commits nothing;
+2. writes a checkpoint at the table's latest version when it has none there, and removes log entries
+   older than the table's `delta.logRetentionDuration` (Delta's expired-log cleanup; `log_retention`
+   sets that property, e.g. "interval 7 days").
+Replaced data files stay on disk for readers of older versions until a vacuum (the erase job's).
+Idempotent and safe to kill: OPTIMIZE is one commit, a checkpoint is rewritten whole.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+
+from engine.store.layout import PARTITION_COLUMN, Layout
+from jobs.tables import (
+    LeaseTimes,
+    ensure_table_properties,
+    leased,
+    list_streams,
+    log,
+    open_table,
+    prepare_session,
+    system_tables,
+)
+
+DEFAULT_TARGET_FILE_BYTES = 128 * 1024 * 1024
+
+
+def run(
+    spark: SparkSession,
+    layout: Layout,
+    target_file_bytes: int = DEFAULT_TARGET_FILE_BYTES,
+    include_system: bool = True,
+    log_retention: str | None = None,
+    lease_times: LeaseTimes | None = None,
+) -> dict[str, int | float]:
+    """Compacts every table of the account; returns the figures it logged."""
+    started = time.monotonic()
+    prepare_session(spark)
+    spark.conf.set("spark.databricks.delta.optimize.maxFileSize", str(int(target_file_bytes)))
+    spark.conf.set("spark.databricks.delta.optimize.minFileSize", str(int(target_file_bytes)))
+    times = lease_times if lease_times is not None else LeaseTimes()
+    tables: list[tuple[str, Path]] = [(s.name, s.path) for s in list_streams(layout)]
+    if include_system:
+        tables += [(f"_system/{p.name}", p) for p in system_tables(layout)]
+    figures: dict[str, int | float] = {
+        "tables": len(tables),
+        "tables_compacted": 0,
+        "files_before": 0,
+        "files_after": 0,
+        "files_removed": 0,
+        "files_added": 0,
+        "partitions_optimized": 0,
+        "checkpoints": 0,
+        "log_entries_removed": 0,
+        "errors": 0,
+    }
+    extra = {"delta.logRetentionDuration": log_retention} if log_retention else None
+    log.info("compact: %d tables, target file size %d bytes", len(tables), target_file_bytes)
+    for i, (name, path) in enumerate(tables, 1):
+        try:
+            _compact_table(spark, layout, name, path, target_file_bytes, extra, times, figures, f"[{i}/{len(tables)}]")
+        except Exception:
+            figures["errors"] += 1
+            log.exception("compact [%d/%d] %s failed", i, len(tables), name)
+    figures["lease_seconds_held"] = round(times.held, 3)
+    figures["lease_seconds_max"] = round(times.max_held, 3)
+    figures["seconds"] = round(time.monotonic() - started, 3)
+    log.info(
+        "compact done: %d of %d tables compacted, files %d -> %d (%d rewritten into %d), %d checkpoints, "
+        "%d log entries removed, %d errors, lease held %.2fs (longest %.2fs), %.2fs",
+        figures["tables_compacted"], figures["tables"], figures["files_before"], figures["files_after"],
+        figures["files_removed"], figures["files_added"], figures["checkpoints"], figures["log_entries_removed"],
+        figures["errors"], times.held, times.max_held, figures["seconds"],
+    )
+    return figures
+
+
+def _compact_table(
+    spark: SparkSession,
+    layout: Layout,
+    name: str,
+    path: Path,
+    target: int,
+    extra: dict[str, str] | None,
+    times: LeaseTimes,
+    figures: dict[str, int | float],
+    progress: str,
+) -> None:
+    started = time.monotonic()
+    dt = open_table(path)
+    if dt is None:
+        log.info("compact %s %s: no table", progress, name)
+        return
+    before = len(dt.file_uris())
+    figures["files_before"] += before
+    removed = added = partitions = 0
+    small = _has_small_files(dt, target)
+    if small or extra:
+        ensure_table_properties(spark, layout, path, extra, times)
+    if small:
+        with leased(layout, path, times):
+            row = spark.sql(f"OPTIMIZE delta.`{path}`").collect()[0]
+        m = row.metrics
+        removed, added, partitions = int(m.numFilesRemoved), int(m.numFilesAdded), int(m.partitionsOptimized)
+        if removed:
+            figures["tables_compacted"] += 1
+    log_before = _log_entries(path)
+    checkpointed = False
+    if _checkpoint_version(path) < (open_table(path) or dt).version():
+        with leased(layout, path, times):
+            _checkpoint_and_clean(spark, path)
+        checkpointed = True
+        figures["checkpoints"] += 1
+    cleaned = max(0, log_before - _log_entries(path))
+    after_dt = open_table(path)
+    after = len(after_dt.file_uris()) if after_dt is not None else 0
+    figures["files_after"] += after
+    figures["files_removed"] += removed
+    figures["files_added"] += added
+    figures["partitions_optimized"] += partitions
+    figures["log_entries_removed"] += cleaned
+    log.info(
+        "compact %s %s: files %d -> %d (%d rewritten into %d, %d partitions), checkpoint %s, "
+        "%d log entries removed, %.2fs",
+        progress, name, before, after, removed, added, partitions, "written" if checkpointed else "current",
+        cleaned, time.monotonic() - started,
+    )
+
+
+def _has_small_files(dt, target: int) -> bool:  # noqa: ANN001
+    """True when some partition holds two or more files below the target size (something to bin-pack)."""
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    names = actions.schema.names
+    sizes = actions.column("size_bytes").to_pylist()
+    column = f"partition.{PARTITION_COLUMN}"
+    partitions = actions.column(column).to_pylist() if column in names else [None] * len(sizes)
+    small = Counter(p for p, size in zip(partitions, sizes, strict=True) if size < target)
+    return any(n >= 2 for n in small.values())
+
+
+def _log_entries(path: Path) -> int:
+    folder = path / "_delta_log"
+    return sum(1 for _ in folder.glob("*.json")) if folder.is_dir() else 0
+
+
+def _checkpoint_version(path: Path) -> int:
+    try:
+        return int(json.loads((path / "_delta_log" / "_last_checkpoint").read_text())["version"])
+    except (OSError, ValueError, KeyError):
+        return -1
+
+
+def _checkpoint_and_clean(spark: SparkSession, path: Path) -> None:
+    """A checkpoint at the latest version, then Delta's cleanup of log entries past their retention."""
+    jvm = spark._jvm  # noqa: SLF001 - Delta has no Python API for checkpoints
+    none = jvm.scala.Option.apply(None)
+    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(path))  # noqa: SLF001
+    snapshot = delta_log.update(False, none, none)
+    delta_log.checkpointAndCleanUpDeltaLog(snapshot, none)

@@ -1,0 +1,239 @@
+"""Retention: makes tombstones physical, by rewriting the files that still hold tombstoned messages.
+
+Deletes, purges, discard-old limits, `max_age` expiry, interest and work-queue removals all reach the
+tombstones table as inclusive sequence ranges (the engine already hides them from every read). For
+each stream, this job takes the ranges that end at or below the last sequence flushed to the stream's
+table (`transaction_version(stream_id)`; a range above it may cover messages still in the gateway's
+log), deletes those sequences with one Spark command under the table's commit lease — a DELETE with a
+`seq BETWEEN a AND b OR …` predicate, or for many ranges a MERGE against a DataFrame of ranges, keyed
+by sequence only, so no subject or payload value reaches the commit log — and only after that commit
+removes the applied tombstone rows under the tombstones table's lease. Tombstone rows of streams that
+no longer exist are dropped too.
+
+Safe to kill at any point: a DELETE always commits before its tombstones go, so a rerun re-applies a
+range whose rows are already gone (no rows match: Spark makes no commit) and then removes the
+tombstones. Idempotent: a rerun after a complete run finds nothing to do.
+
+Tombstones flagged `erase` (GDPR) are left to the erase job by default, which must also remove every
+older copy; `include_erase=True` makes their rows physical here too, but keeps their tombstones.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from delta.tables import DeltaTable as SparkDeltaTable
+from pyspark.sql import SparkSession
+
+from engine.store.layout import Layout
+from jobs.tables import (
+    LeaseTimes,
+    StreamEntry,
+    Tombstone,
+    check_hex_id,
+    coalesce,
+    ensure_table_properties,
+    flushed_seq,
+    last_commit,
+    leased,
+    list_streams,
+    log,
+    metric,
+    open_table,
+    prepare_session,
+    ranges_frame,
+    read_tombstones,
+    seq_predicate,
+    table_version,
+)
+
+DEFAULT_MERGE_THRESHOLD = 64  # more ranges than this: MERGE against a DataFrame instead of one long predicate
+TOMBSTONE_BATCH = 512  # applied ranges whose tombstones are removed together, in one commit
+
+
+def run(
+    spark: SparkSession,
+    layout: Layout,
+    merge_threshold: int = DEFAULT_MERGE_THRESHOLD,
+    include_erase: bool = False,
+    lease_times: LeaseTimes | None = None,
+) -> dict[str, int | float]:
+    """Applies every applicable tombstone of the account's streams; returns the figures it logged."""
+    started = time.monotonic()
+    prepare_session(spark)
+    times = lease_times if lease_times is not None else LeaseTimes()
+    figures: dict[str, int | float] = {
+        "streams": 0,
+        "streams_rewritten": 0,
+        "tombstone_ranges_applied": 0,
+        "rows_deleted": 0,
+        "files_rewritten": 0,
+        "files_added": 0,
+        "tombstones_removed": 0,
+        "orphan_tombstones_removed": 0,
+        "ranges_waiting_for_flush": 0,
+        "erase_ranges_left": 0,
+        "errors": 0,
+    }
+    # Tombstones first, then the configs: a stream id seen in the tombstones had a config when they
+    # were written, so one missing from the configs read after belongs to a deleted stream.
+    tombstones = read_tombstones(layout)
+    streams = list_streams(layout)
+    figures["streams"] = len(streams)
+    by_stream: dict[str, list[Tombstone]] = {}
+    for t in tombstones:
+        by_stream.setdefault(t.stream_id, []).append(t)
+    log.info("retention: %d streams, %d tombstone rows", len(streams), len(tombstones))
+
+    applied: list[tuple[str, int, int]] = []  # (stream_id, first, last): rows gone, tombstones still there
+    for i, stream in enumerate(streams, 1):
+        try:
+            ranges = _stream_ranges(stream, by_stream.get(stream.stream_id, []), include_erase, figures)
+            if ranges:
+                _apply(spark, layout, stream, ranges, merge_threshold, times, figures)
+                applied.extend((stream.stream_id, a, b) for a, b in ranges)
+            else:
+                log.info("retention [%d/%d] %s: nothing to apply", i, len(streams), stream.name)
+        except Exception:
+            figures["errors"] += 1
+            log.exception("retention [%d/%d] %s failed; its tombstones stay for the next run", i, len(streams), stream.name)
+        if len(applied) >= TOMBSTONE_BATCH:
+            _remove_tombstones(spark, layout, applied, [], 0, include_erase, merge_threshold, times, figures)
+            applied = []
+
+    live_ids = {s.stream_id for s in streams}
+    orphans = sorted({t.stream_id for t in tombstones} - live_ids)
+    if applied or orphans:
+        _remove_tombstones(
+            spark, layout, applied, orphans, sum(1 for t in tombstones if t.stream_id in set(orphans)), include_erase, merge_threshold, times, figures)
+
+    figures["lease_seconds_held"] = round(times.held, 3)
+    figures["lease_seconds_max"] = round(times.max_held, 3)
+    figures["seconds"] = round(time.monotonic() - started, 3)
+    log.info(
+        "retention done: %d ranges applied on %d of %d streams, %d rows deleted, %d files rewritten, "
+        "%d tombstones removed (%d of deleted streams), %d ranges wait for a flush, %d erase ranges left, "
+        "%d errors, lease held %.2fs (longest %.2fs), %.2fs",
+        figures["tombstone_ranges_applied"], figures["streams_rewritten"], figures["streams"],
+        figures["rows_deleted"], figures["files_rewritten"], figures["tombstones_removed"],
+        figures["orphan_tombstones_removed"], figures["ranges_waiting_for_flush"], figures["erase_ranges_left"],
+        figures["errors"], times.held, times.max_held, figures["seconds"],
+    )
+    return figures
+
+
+def _stream_ranges(
+    stream: StreamEntry, tombstones: list[Tombstone], include_erase: bool, figures: dict[str, int | float]
+) -> list[tuple[int, int]]:
+    """The coalesced ranges of this stream that are safe to make physical now."""
+    if not tombstones:
+        return []
+    flushed = flushed_seq(stream)
+    ready: list[tuple[int, int]] = []
+    for t in tombstones:
+        if t.erase and not include_erase:
+            figures["erase_ranges_left"] += 1
+        elif t.last_seq > flushed:
+            figures["ranges_waiting_for_flush"] += 1
+        else:
+            ready.append((t.first_seq, t.last_seq))
+    return coalesce(ready)
+
+
+def _apply(
+    spark: SparkSession,
+    layout: Layout,
+    stream: StreamEntry,
+    ranges: list[tuple[int, int]],
+    merge_threshold: int,
+    times: LeaseTimes,
+    figures: dict[str, int | float],
+) -> None:
+    started = time.monotonic()
+    path = stream.path
+    if open_table(path) is None:
+        log.info("retention %s: no table (deleted meanwhile?)", stream.name)
+        return
+    ensure_table_properties(spark, layout, path, times=times)
+    with leased(layout, path, times):
+        version = table_version(path)
+        if len(ranges) <= merge_threshold:
+            spark.sql(f"DELETE FROM delta.`{path}` WHERE {seq_predicate(ranges)}").collect()
+            how = "DELETE"
+        else:
+            lo, hi = ranges[0][0], ranges[-1][1]
+            source = ranges_frame(spark, ranges, ["first_seq", "last_seq"])
+            (
+                SparkDeltaTable.forPath(spark, str(path)).alias("t")
+                .merge(source.alias("r"), f"t.seq >= {lo} AND t.seq <= {hi} AND t.seq BETWEEN r.first_seq AND r.last_seq")
+                .whenMatchedDelete()
+                .execute()
+            )
+            how = "MERGE"
+        commit = last_commit(path, version)
+    rows = metric(commit, "numDeletedRows", "numTargetRowsDeleted")
+    removed = metric(commit, "numRemovedFiles", "numTargetFilesRemoved")
+    added = metric(commit, "numAddedFiles", "numTargetFilesAdded")
+    figures["tombstone_ranges_applied"] += len(ranges)
+    figures["rows_deleted"] += rows
+    figures["files_rewritten"] += removed
+    figures["files_added"] += added
+    if commit is not None:
+        figures["streams_rewritten"] += 1
+    log.info(
+        "retention %s: %d tombstone ranges applied (%s), %d rows deleted, %d files rewritten into %d, %.2fs",
+        stream.name, len(ranges), how, rows, removed, added, time.monotonic() - started,
+    )
+
+
+def _remove_tombstones(
+    spark: SparkSession,
+    layout: Layout,
+    applied: list[tuple[str, int, int]],
+    orphans: list[str],
+    orphan_rows: int,
+    include_erase: bool,
+    merge_threshold: int,
+    times: LeaseTimes,
+    figures: dict[str, int | float],
+) -> None:
+    """Deletes the tombstone rows lying inside applied ranges, and every row of the deleted streams.
+
+    A row inside an applied range only names sequences the committed DELETE removed, so it may go even
+    if it arrived after the ranges were read; a row outside them stays for a later run.
+    """
+    path: Path = layout.tombstones_table
+    if open_table(path) is None:
+        return
+    started = time.monotonic()
+    ensure_table_properties(spark, layout, path, times=times)
+    with leased(layout, path, times):  # one commit for the applied ranges and the deleted streams
+        version = table_version(path)
+        if len(applied) + len(orphans) <= merge_threshold:
+            parts = [
+                f"(stream_id = '{check_hex_id(sid)}' AND first_seq >= {int(a)} AND last_seq <= {int(b)}"
+                + ("" if include_erase else " AND NOT erase") + ")"
+                for sid, a, b in applied
+            ]
+            if orphans:
+                parts.append(f"stream_id IN ({', '.join(repr(check_hex_id(sid)) for sid in orphans)})")
+            spark.sql(f"DELETE FROM delta.`{path}` WHERE {' OR '.join(parts)}").collect()
+        else:
+            keys = [(check_hex_id(s), a, b, 0) for s, a, b in applied]
+            keys += [(check_hex_id(s), 0, 2**62, 1) for s in orphans]
+            source = ranges_frame(spark, keys, ["stream_id", "first_seq", "last_seq", "whole_stream"])
+            condition = (
+                "t.stream_id = r.stream_id AND t.first_seq >= r.first_seq AND t.last_seq <= r.last_seq"
+                + ("" if include_erase else " AND (r.whole_stream = 1 OR NOT t.erase)")
+            )
+            SparkDeltaTable.forPath(spark, str(path)).alias("t").merge(source.alias("r"), condition).whenMatchedDelete().execute()
+        removed = metric(last_commit(path, version), "numDeletedRows", "numTargetRowsDeleted")
+    removed_orphans = min(removed, orphan_rows)
+    figures["tombstones_removed"] += removed
+    figures["orphan_tombstones_removed"] += removed_orphans
+    log.info(
+        "retention tombstones: %d rows removed for %d applied ranges, %d rows of %d deleted streams, %.2fs",
+        removed - removed_orphans, len(applied), removed_orphans, len(orphans), time.monotonic() - started,
+    )
+

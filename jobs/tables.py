@@ -1,0 +1,249 @@
+"""What the maintenance jobs share: the account's streams, their tombstones, the commit lease, table properties.
+
+- Streams come from the engine's config files (`layout.stream_configs`, one `<name>.json` each with
+  the stream's config, creation time and `stream_id`); a stream's table is `layout.stream_table(name)`.
+- Tombstones (`_system/tombstones`) are inclusive sequence ranges of logically deleted messages, keyed
+  by `stream_id`. A range is safe to make physical once the stream's table holds every sequence up to
+  its end: `DeltaTable(path).transaction_version(stream_id)` is the last sequence the flusher committed.
+- Every commit a job makes to a table happens under that table's commit lease, the same `flock` the
+  gateway's flusher takes around its own commits; the lease is held for one command, never a whole
+  job, so the flusher catches up between commands (publishes are acknowledged from the log meanwhile).
+- Tables stay within what delta-rs and Spark both write: no deletion vectors, no clustering, no
+  column mapping; column statistics on sequence and time columns only.
+
+Reads of the small `_system` tables and of table metadata go through `deltalake` (no Spark job for a
+few kilobytes); every rewrite of a table goes through Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+from pyspark.sql import DataFrame, SparkSession
+
+from engine.store.layout import (
+    ACK_TABLE_PROPERTIES,
+    STREAM_TABLE_PROPERTIES,
+    TOMBSTONE_TABLE_PROPERTIES,
+    Layout,
+)
+from engine.store.lease import commit_lease
+
+log = logging.getLogger("jetlake.jobs")
+
+# Properties every job relies on, beyond those the engine sets when it creates a table.
+# Deletion vectors stay off explicitly, so a Spark DELETE rewrites files instead of writing vectors,
+# whatever a session's defaults say (setting it to false keeps the protocol at reader 1 / writer 2).
+JOB_TABLE_PROPERTIES = {"delta.enableDeletionVectors": "false"}
+
+# Spark session settings the jobs rely on (runtime SQL settings, set on the session a job is given):
+# timestamps as INT64 microseconds with UTC semantics, the type delta-rs writes, not legacy INT96.
+SESSION_SETTINGS = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
+
+_HEX_ID = re.compile(r"^[0-9a-fA-F]{1,64}$")
+
+
+@dataclass(frozen=True)
+class StreamEntry:
+    """One stream of the account, as its config file describes it."""
+
+    name: str
+    stream_id: str
+    config: dict[str, Any]
+    path: Path
+
+
+@dataclass(frozen=True)
+class Tombstone:
+    stream_id: str
+    first_seq: int
+    last_seq: int
+    reason: str
+    erase: bool
+
+
+@dataclass
+class LeaseTimes:
+    """How long a job waited for and held commit leases: the flusher waits while a job holds one."""
+
+    waited: float = 0.0
+    held: float = 0.0
+    max_held: float = 0.0
+    count: int = 0
+    windows: list[tuple[float, float]] = field(default_factory=list)  # (start, end) in time.time()
+
+
+def prepare_session(spark: SparkSession) -> None:
+    for key, value in SESSION_SETTINGS.items():
+        spark.conf.set(key, value)
+
+
+def list_streams(layout: Layout) -> list[StreamEntry]:
+    """The account's file streams (memory streams keep no config file and no table), by name."""
+    out: list[StreamEntry] = []
+    folder = layout.stream_configs
+    if not folder.is_dir():
+        return out
+    for path in sorted(folder.glob("*.json")):
+        try:
+            record = json.loads(path.read_bytes())
+            config = record["config"]
+            if isinstance(config, str):
+                config = json.loads(config)
+            name = config.get("name") or path.stem
+            stream_id = str(record["stream_id"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # deleted or half-written meanwhile
+            log.warning("skipping stream config %s: %s", path.name, exc)
+            continue
+        out.append(StreamEntry(name, stream_id, config, layout.stream_table(name)))
+    return out
+
+
+def open_table(path: Path) -> DeltaTable | None:
+    try:
+        return DeltaTable(str(path))
+    except TableNotFoundError:
+        return None
+
+
+def flushed_seq(stream: StreamEntry) -> int:
+    """The last sequence the gateway's flusher committed to the stream's table (0: none, or no table)."""
+    dt = open_table(stream.path)
+    return (dt.transaction_version(stream.stream_id) or 0) if dt is not None else 0
+
+
+def read_tombstones(layout: Layout, stream_id: str | None = None) -> list[Tombstone]:
+    """The tombstone rows of one stream (or all streams), from the tombstones table's latest version."""
+    dt = open_table(layout.tombstones_table)
+    if dt is None:
+        return []
+    table = dt.to_pyarrow_table(columns=["stream_id", "first_seq", "last_seq", "reason", "erase"])
+    if stream_id is not None:
+        table = table.filter(pc.equal(table.column("stream_id"), stream_id))
+    return [
+        Tombstone(r["stream_id"], r["first_seq"], r["last_seq"], r["reason"], bool(r["erase"]))
+        for r in table.to_pylist()
+    ]
+
+
+def coalesce(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted, merged inclusive ranges: overlapping and adjacent ones become one."""
+    out: list[tuple[int, int]] = []
+    for first, last in sorted(ranges):
+        if out and first <= out[-1][1] + 1:
+            if last > out[-1][1]:
+                out[-1] = (out[-1][0], last)
+        else:
+            out.append((first, last))
+    return out
+
+
+def seq_predicate(ranges: list[tuple[int, int]], column: str = "seq") -> str:
+    """`seq BETWEEN a AND b OR …`: a predicate on sequence numbers only (Delta logs it in commitInfo)."""
+    parts = [f"{column} = {int(a)}" if a == b else f"{column} BETWEEN {int(a)} AND {int(b)}" for a, b in ranges]
+    return " OR ".join(parts)
+
+
+def check_hex_id(value: str) -> str:
+    if not _HEX_ID.match(value):
+        raise ValueError(f"not a hex stream id: {value!r}")
+    return value
+
+
+def ranges_frame(spark: SparkSession, rows: list[tuple[Any, ...]], names: list[str]) -> DataFrame:
+    """A small DataFrame of ranges (or keys) to MERGE against: built in the driver, no Python worker."""
+    ddl = ", ".join(f"{name} {'STRING' if name == 'stream_id' else 'BIGINT'}" for name in names)
+    return spark.createDataFrame(rows, ddl)
+
+
+@contextmanager
+def leased(layout: Layout, table: Path, times: LeaseTimes | None = None) -> Iterator[None]:
+    """Holds the table's commit lease (the gateway's flusher waits meanwhile) for one command."""
+    asked = time.monotonic()
+    with commit_lease(layout.lease_file(table)):
+        got = time.monotonic()
+        wall = time.time()
+        try:
+            yield
+        finally:
+            held = time.monotonic() - got
+            if times is not None:
+                times.waited += got - asked
+                times.held += held
+                times.max_held = max(times.max_held, held)
+                times.count += 1
+                times.windows.append((wall, wall + held))
+
+
+def table_properties_for(layout: Layout, path: Path) -> dict[str, str]:
+    """The properties a table of this warehouse should carry, by the kind of table at `path`."""
+    path = path.resolve()
+    if path == layout.tombstones_table.resolve():
+        base = TOMBSTONE_TABLE_PROPERTIES
+    elif path == layout.acks_table.resolve():
+        base = ACK_TABLE_PROPERTIES
+    else:
+        base = STREAM_TABLE_PROPERTIES
+    return {**base, **JOB_TABLE_PROPERTIES}
+
+
+def ensure_table_properties(
+    spark: SparkSession, layout: Layout, path: Path, extra: dict[str, str] | None = None, times: LeaseTimes | None = None
+) -> int:
+    """Sets the properties the jobs rely on where they differ; returns how many were set (0: no commit)."""
+    dt = open_table(path)
+    if dt is None:
+        return 0
+    wanted = {**table_properties_for(layout, path), **(extra or {})}
+    current = dt.metadata().configuration
+    missing = {k: v for k, v in wanted.items() if current.get(k) != v}
+    if not missing:
+        return 0
+    assignments = ", ".join(f"'{k}' = '{v}'" for k, v in sorted(missing.items()))
+    with leased(layout, path, times):
+        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({assignments})").collect()
+    log.info("table %s: set %s", path.name, assignments)
+    return len(missing)
+
+
+def table_version(path: Path) -> int:
+    dt = open_table(path)
+    return dt.version() if dt is not None else -1
+
+
+def last_commit(path: Path, since_version: int) -> dict[str, Any] | None:
+    """commitInfo of the table's latest commit if it is newer than `since_version` (read under the lease)."""
+    dt = DeltaTable(str(path))
+    if dt.version() <= since_version:
+        return None
+    history = dt.history(1)
+    return history[0] if history else None
+
+
+def metric(commit: dict[str, Any] | None, *names: str) -> int:
+    """The first of `names` present in a commit's operationMetrics, as an int (0 when absent)."""
+    if not commit:
+        return 0
+    metrics = commit.get("operationMetrics") or {}
+    for name in names:
+        if name in metrics:
+            try:
+                return int(metrics[name])
+            except (TypeError, ValueError):
+                return 0
+    return 0
+
+
+def system_tables(layout: Layout) -> list[Path]:
+    return [layout.tombstones_table, layout.acks_table]
