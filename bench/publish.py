@@ -257,7 +257,7 @@ def http_concurrent_worker(port, conns, per_conn, warm, cap_s, first_subject, *,
                                POOL[((first_subject + i) * per + k) % POOL_SIZE], "application/octet-stream")
                  for k in range(per)] for i in range(conns)]
         streams = []
-        for i in range(conns):
+        for _ in range(conns):
             r, w = await asyncio.open_connection(HOST, port)
             sock = w.get_extra_info("socket")
             if sock is not None:

@@ -301,7 +301,7 @@ def _remove_empty_folders(table: Path) -> int:
     """Removes partition folders left without data files (their names are subject values), with any
     orphaned hidden checksum files in them."""
     removed = 0
-    for root, dirs, files in os.walk(table, topdown=False):
+    for root, _dirs, files in os.walk(table, topdown=False):
         here = Path(root)
         if here == table or "_delta_log" in here.relative_to(table).parts:
             continue
