@@ -42,7 +42,7 @@ def _tear_log_tail(warehouse: Path) -> Path:
     segments = sorted((warehouse / "default" / "_wal" / STREAM).glob("*.wal"))
     assert segments, "the kill left no unflushed log segment"
     with open(segments[-1], "ab") as f:
-        f.write(b"JLW1\x01" + b"\x00" * 7 + b"\xff\xff\x00\x00partial")
+        f.write(b"JLW2\x01" + b"\x00" * 7 + b"\xff\xff\x00\x00partial")
     return segments[-1]
 
 

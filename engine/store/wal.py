@@ -1,4 +1,4 @@
-"""The write-ahead log: checksummed records in segment files, appended before a publish is answered.
+"""The write-ahead log: checksummed (xxh3) records in segment files, appended before a publish is answered.
 
 A stream's log is a folder of segments named by the log sequence number (LSN) of their first record.
 One `append` writes every record of a group commit with one `write` (and one `fsync` under
@@ -13,14 +13,15 @@ from __future__ import annotations
 import logging
 import os
 import struct
-import zlib
+
+import xxhash
 from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-MAGIC = b"JLW1"
-_HEADER = struct.Struct("<4sBQII")  # magic, kind, lsn, payload length, crc32
+MAGIC = b"JLW2"
+_HEADER = struct.Struct("<4sBQIQ")  # magic, kind, lsn, payload length, xxh3-64 of kind, lsn and payload
 HEADER_SIZE = _HEADER.size
 SUFFIX = ".wal"
 
@@ -35,10 +36,14 @@ class Record:
 Payload = bytes | memoryview
 
 
+def _checksum(kind: int, lsn: int, payload: Payload) -> int:
+    digest = xxhash.xxh3_64(struct.pack("<BQ", kind, lsn))
+    digest.update(payload)
+    return digest.intdigest()
+
+
 def header(kind: int, lsn: int, payload: Payload) -> bytes:
-    prefix = struct.pack("<BQ", kind, lsn)
-    crc = zlib.crc32(payload, zlib.crc32(prefix))
-    return _HEADER.pack(MAGIC, kind, lsn, len(payload), crc)
+    return _HEADER.pack(MAGIC, kind, lsn, len(payload), _checksum(kind, lsn, payload))
 
 
 def _segment_name(lsn: int) -> str:
@@ -56,7 +61,7 @@ def read_segment(path: Path) -> tuple[list[Record], int]:
         if magic != MAGIC or end > len(data):
             break
         payload = data[offset + HEADER_SIZE : end]
-        if zlib.crc32(payload, zlib.crc32(struct.pack("<BQ", kind, lsn))) != crc:
+        if _checksum(kind, lsn, payload) != crc:
             break
         records.append(Record(kind, lsn, payload))
         offset = end

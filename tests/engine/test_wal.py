@@ -25,7 +25,7 @@ def test_a_torn_tail_is_cut_and_appends_continue(tmp_path: Path) -> None:
     segment = wal.segments()[-1]
     intact = segment.stat().st_size
     with open(segment, "ab") as f:
-        f.write(b"JLW1\x01garbage-of-a-half-written-record")
+        f.write(b"JLW2\x01garbage-of-a-half-written-record")
     again = WriteAheadLog(tmp_path / "wal")
     assert [r.payload for r in again.recover()] == [b"kept"]
     assert segment.stat().st_size == intact
