@@ -18,7 +18,7 @@ def _engine(request: Request) -> JetStream:
 
 
 @router.get("/healthz")
-def healthz(request: Request) -> Response:
+async def healthz(request: Request) -> Response:
     engine = _engine(request)
     if not engine.healthy:
         return json_response({"status": "unavailable"}, 503)
