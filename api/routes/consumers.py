@@ -12,9 +12,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from api import deps
 from api.body import json_object
 from api.responses import json_response
-from api.waiters import Waiters
 from engine import JetStream, JetStreamError, errors
 from engine.consumer import Delivery
 from engine.info import stored_message_json
@@ -27,40 +27,34 @@ MAX_EXPIRES = 300 * NS
 _NEXT_FIELDS = {"batch", "expires", "no_wait", "max_bytes", "idle_heartbeat"}
 
 
-def _engine(request: Request) -> JetStream:
-    return request.app.state.engine  # type: ignore[no-any-return]
-
-
-def _waiters(request: Request) -> Waiters:
-    return request.app.state.waiters  # type: ignore[no-any-return]
 
 
 @router.post("")
 async def create_consumer(request: Request, stream: str) -> Response:
     body = await json_object(request)
-    info, created = await run_in_threadpool(_engine(request).add_consumer, stream, body)
+    info, created = await run_in_threadpool(deps.engine(request).add_consumer, stream, body)
     return json_response(info, 201 if created else 200)
 
 
 @router.get("")
 def list_consumers(request: Request, stream: str, offset: int = 0, limit: int = 256) -> Response:
-    return json_response(_engine(request).list_consumers(stream, offset, limit))
+    return json_response(deps.engine(request).list_consumers(stream, offset, limit))
 
 
 @router.get("/{consumer}")
 def consumer_info(request: Request, stream: str, consumer: str) -> Response:
-    return json_response(_engine(request).consumer_info(stream, consumer))
+    return json_response(deps.engine(request).consumer_info(stream, consumer))
 
 
 @router.put("/{consumer}")
 async def update_consumer(request: Request, stream: str, consumer: str) -> Response:
     body = await json_object(request)
-    return json_response(await run_in_threadpool(_engine(request).update_consumer, stream, consumer, body))
+    return json_response(await run_in_threadpool(deps.engine(request).update_consumer, stream, consumer, body))
 
 
 @router.delete("/{consumer}")
 def delete_consumer(request: Request, stream: str, consumer: str) -> Response:
-    _engine(request).delete_consumer(stream, consumer)
+    deps.engine(request).delete_consumer(stream, consumer)
     return json_response({"success": True})
 
 
@@ -107,7 +101,7 @@ class _Pull:
 
 @router.post("/{consumer}/next")
 async def next_messages(request: Request, stream: str, consumer: str) -> Response:
-    engine = _engine(request)
+    engine = deps.engine(request)
     body = await json_object(request, allow_empty=True)
     target = engine.consumers.get(engine.stream(stream), consumer)
     config = target.config.to_json()
@@ -136,7 +130,7 @@ async def next_messages(request: Request, stream: str, consumer: str) -> Respons
             left = deadline - time.monotonic()
             if left <= 0 or await request.is_disconnected():
                 break
-            await _waiters(request).wait(stream, min(left, _redelivery_wait(target)))
+            await deps.waiters(request).wait(stream, min(left, _redelivery_wait(target)))
     finally:
         target.waiting -= 1
     headers_only = bool(config.get("headers_only"))
@@ -163,7 +157,7 @@ async def ack(request: Request, stream: str, consumer: str) -> Response:
             parsed.append(_ack_item(item))
         except JetStreamError as exc:
             bad[i] = exc
-    results = await run_in_threadpool(_engine(request).ack, stream, consumer, parsed) if parsed else []
+    results = await run_in_threadpool(deps.engine(request).ack, stream, consumer, parsed) if parsed else []
     out: list[dict[str, Any]] = []
     it = iter(results)
     for i in range(len(items)):
@@ -193,7 +187,7 @@ def _ack_item(item: Any) -> tuple[str | int, str, int]:
 
 @router.get("/{consumer}/messages")
 async def consume(request: Request, stream: str, consumer: str, max_messages: int = 100, idle_heartbeat: int = 5 * NS) -> Response:
-    engine = _engine(request)
+    engine = deps.engine(request)
     target = engine.consumers.get(engine.stream(stream), consumer)
     if max_messages <= 0 or max_messages > 10_000:
         raise errors.bad_request("max_messages must be between 1 and 10000")
@@ -231,6 +225,6 @@ async def _events(
             if time.monotonic() - last_beat >= heartbeat:
                 yield b"event: heartbeat\ndata: {}\n\n"
                 last_beat = time.monotonic()
-            await _waiters(request).wait(stream, min(heartbeat, _redelivery_wait(target)))
+            await deps.waiters(request).wait(stream, min(heartbeat, _redelivery_wait(target)))
     finally:
         target.waiting -= 1

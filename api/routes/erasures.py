@@ -8,18 +8,16 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
+from api import deps
 from api.body import json_object
 from api.responses import json_response
-from engine import JetStream, errors
+from engine import errors
 from engine.erasures import registry
 
 router = APIRouter(prefix="/v1/erasures")
 
 _FIELDS = {"stream", "seq", "filter"}
 
-
-def _engine(request: Request) -> JetStream:
-    return request.app.state.engine  # type: ignore[no-any-return]
 
 
 @router.post("")
@@ -37,7 +35,7 @@ async def request_erasure(request: Request) -> Response:
         raise errors.bad_request("erasure filter must be a subject")
     if (seq is None) == (filter_ is None):
         raise errors.bad_request("give one of seq or filter")
-    engine = _engine(request)
+    engine = deps.engine(request)
     target = engine.stream(stream)
     answer = await run_in_threadpool(registry(engine.layout).erase, target, seq, filter_)
     return json_response(answer, 202)
@@ -45,7 +43,7 @@ async def request_erasure(request: Request) -> Response:
 
 @router.get("/{erasure_id}")
 def erasure_status(request: Request, erasure_id: str) -> Response:
-    return json_response(registry(_engine(request).layout).get(erasure_id))
+    return json_response(registry(deps.engine(request).layout).get(erasure_id))
 
 
 def _is_seq(value: Any) -> bool:

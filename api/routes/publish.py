@@ -11,19 +11,17 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
+from api import deps
 from api.body import parse_json, read_body
 from api.errors import error_response
 from api.responses import json_response
-from engine import InboundMessage, JetStream, JetStreamError, errors
+from engine import InboundMessage, JetStreamError, errors
 from engine import headers as hdr
 
 router = APIRouter(prefix="/v1/publish")
 
 _MESSAGE_FIELDS = frozenset({"subject", "data", "text", "headers"})
 
-
-def _engine(request: Request) -> JetStream:
-    return request.app.state.engine  # type: ignore[no-any-return]
 
 
 def _request_headers(request: Request) -> dict[str, list[str]] | None:
@@ -43,7 +41,7 @@ def _request_headers(request: Request) -> dict[str, list[str]] | None:
 @router.post("/{subject:path}")
 async def publish_raw(request: Request, subject: str) -> Response:
     data = await read_body(request)
-    engine = _engine(request)
+    engine = deps.engine(request)
     message = InboundMessage(subject, data, _request_headers(request))
     results = engine.publish_nowait([message]) or await run_in_threadpool(engine.publish, [message])
     result = results[0]
@@ -69,7 +67,7 @@ async def publish_batch(request: Request) -> Response:
                 positions.append(i)
             except JetStreamError as exc:
                 results[i] = {"error": exc.to_dict()}
-    engine = _engine(request)
+    engine = deps.engine(request)
     acks = (engine.publish_nowait(messages) or await run_in_threadpool(engine.publish, messages)) if messages else []
     for pos, ack in zip(positions, acks, strict=True):
         results[pos] = {"error": ack.to_dict()} if isinstance(ack, JetStreamError) else ack.to_dict()

@@ -8,9 +8,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
+from api import deps
 from api.body import json_object
 from api.responses import json_response
-from engine import JetStream, errors
+from engine import errors
 from engine.info import stored_message_json
 
 router = APIRouter(prefix="/v1/streams")
@@ -18,36 +19,33 @@ router = APIRouter(prefix="/v1/streams")
 _PURGE_FIELDS = {"filter", "seq", "keep"}
 
 
-def _engine(request: Request) -> JetStream:
-    return request.app.state.engine  # type: ignore[no-any-return]
-
 
 @router.post("")
 async def create_stream(request: Request) -> Response:
     body = await json_object(request)
-    info, created = await run_in_threadpool(_engine(request).add_stream, body)
+    info, created = await run_in_threadpool(deps.engine(request).add_stream, body)
     return json_response(info, 201 if created else 200)
 
 
 @router.get("")
 def list_streams(request: Request, subject: str | None = None, offset: int = 0, limit: int = 256) -> Response:
-    return json_response(_engine(request).list_streams(subject, offset, limit))
+    return json_response(deps.engine(request).list_streams(subject, offset, limit))
 
 
 @router.get("/{stream}")
 def stream_info(request: Request, stream: str, subjects_filter: str | None = None) -> Response:
-    return json_response(_engine(request).stream_info(stream, subjects_filter))
+    return json_response(deps.engine(request).stream_info(stream, subjects_filter))
 
 
 @router.put("/{stream}")
 async def update_stream(request: Request, stream: str) -> Response:
     body = await json_object(request)
-    return json_response(await run_in_threadpool(_engine(request).update_stream, stream, body))
+    return json_response(await run_in_threadpool(deps.engine(request).update_stream, stream, body))
 
 
 @router.delete("/{stream}")
 def delete_stream(request: Request, stream: str) -> Response:
-    _engine(request).delete_stream(stream)
+    deps.engine(request).delete_stream(stream)
     return json_response({"success": True})
 
 
@@ -63,7 +61,7 @@ async def purge_stream(request: Request, stream: str) -> Response:
         raise errors.bad_request("purge filter must be a string")
     if not _is_count(seq) or not _is_count(keep):
         raise errors.bad_request("purge seq and keep must be non-negative integers")
-    purged = await run_in_threadpool(_engine(request).purge, stream, filter_ or None, seq, keep)
+    purged = await run_in_threadpool(deps.engine(request).purge, stream, filter_ or None, seq, keep)
     return json_response({"success": True, "purged": purged})
 
 
@@ -73,14 +71,14 @@ def _is_count(value: Any) -> bool:
 
 @router.get("/{stream}/messages/{seq}")
 def get_message(request: Request, stream: str, seq: int) -> Response:
-    return json_response({"message": stored_message_json(_engine(request).get_message(stream, seq))})
+    return json_response({"message": stored_message_json(deps.engine(request).get_message(stream, seq))})
 
 
 @router.get("/{stream}/messages")
 def find_message(
     request: Request, stream: str, last_by_subj: str | None = None, next_by_subj: str | None = None, seq: int = 0
 ) -> Response:
-    target = _engine(request).stream(stream)
+    target = deps.engine(request).stream(stream)
     if (last_by_subj is None) == (next_by_subj is None):
         if last_by_subj is None and seq > 0:
             return json_response({"message": stored_message_json(target.get(seq))})
@@ -96,5 +94,5 @@ def find_message(
 
 @router.delete("/{stream}/messages/{seq}")
 def delete_message(request: Request, stream: str, seq: int, no_erase: bool = False) -> Response:
-    _engine(request).delete_message(stream, seq, erase=not no_erase)
+    deps.engine(request).delete_message(stream, seq, erase=not no_erase)
     return json_response({"success": True})

@@ -6,20 +6,17 @@ from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from api import deps
 from api.responses import json_response
-from engine import JetStream
 from engine.jetstream import API_LEVEL
 
 router = APIRouter()
 
 
-def _engine(request: Request) -> JetStream:
-    return request.app.state.engine  # type: ignore[no-any-return]
-
 
 @router.get("/healthz")
 async def healthz(request: Request) -> Response:
-    engine = _engine(request)
+    engine = deps.engine(request)
     if not engine.healthy:
         return json_response({"status": "unavailable"}, 503)
     return json_response({"status": "ok"})
@@ -27,7 +24,7 @@ async def healthz(request: Request) -> Response:
 
 @router.get("/v1/info")
 def account_info(request: Request) -> Response:
-    info = _engine(request).account_info()
+    info = deps.engine(request).account_info()
     info["api"] = {"level": API_LEVEL, "total": request.app.state.api_total, "errors": request.app.state.api_errors}
     return json_response(info)
 
@@ -36,13 +33,13 @@ def account_info(request: Request) -> Response:
 async def flush(request: Request) -> Response:
     """Commits every stream's log (and the acks) to the tables now: `jetlake sql` calls it first, so a
     query sees every message acknowledged before it started. Waits for a flush already running."""
-    commits = await run_in_threadpool(_engine(request).flush)
+    commits = await run_in_threadpool(deps.engine(request).flush)
     return json_response({"success": True, "commits": commits})
 
 
 @router.get("/metrics")
 def metrics(request: Request) -> Response:
-    engine = _engine(request)
+    engine = deps.engine(request)
     state = request.app.state
     lines = [
         "# TYPE jetlake_api_requests_total counter",
