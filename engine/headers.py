@@ -76,3 +76,35 @@ def is_valid_name(name: str) -> bool:
 
 def is_valid_value(value: str) -> bool:
     return "\r" not in value and "\n" not in value
+
+
+def valid_ttl(value: str) -> bool:
+    """`Nats-TTL`: seconds, a duration like `5s`/`1h`, or `never`; at least one second (ADR-43)."""
+    text = value.strip()
+    if text == "never":
+        return True
+    units = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
+    try:
+        seconds = float(text) if text.replace(".", "", 1).isdigit() else _go_duration(text, units)
+    except ValueError:
+        return False
+    return seconds >= 1
+
+
+def _go_duration(text: str, units: dict[str, float]) -> float:
+    total, number = 0.0, ""
+    i = 0
+    while i < len(text):
+        if text[i].isdigit() or text[i] == ".":
+            number += text[i]
+            i += 1
+            continue
+        unit = next((u for u in ("ns", "us", "ms", "s", "m", "h") if text.startswith(u, i)), None)
+        if unit is None or not number:
+            raise ValueError(text)
+        total += float(number) * units[unit]
+        number = ""
+        i += len(unit)
+    if number or not text:
+        raise ValueError(text)
+    return total

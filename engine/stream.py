@@ -244,7 +244,8 @@ class Stream:
             if expected_msg_id is not None and expected_msg_id != (self.last_msg_id or ""):
                 raise errors.wrong_last_msg_id(self.last_msg_id or "")
         if h and hdr.TTL in h:
-            _check_ttl(hdr.first(h, hdr.TTL) or "")
+            if not hdr.valid_ttl(hdr.first(h, hdr.TTL) or ""):
+                raise errors.ttl_invalid()
             raise errors.ttl_disabled()
         rollup = self._rollup(h) if h else None
         headers_size = hdr.wire_size(h)
@@ -551,39 +552,6 @@ def _parse_seq(value: str, header: str) -> int:
     if seq < 0:
         raise errors.bad_request(f"invalid {header} header: {value!r}")
     return seq
-
-
-def _check_ttl(value: str) -> None:
-    """`Nats-TTL`: seconds, a duration like `5s`/`1h`, or `never`; at least one second (ADR-43)."""
-    text = value.strip()
-    if text == "never":
-        return
-    units = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
-    try:
-        seconds = float(text) if text.replace(".", "", 1).isdigit() else _go_duration(text, units)
-    except ValueError:
-        raise errors.ttl_invalid() from None
-    if seconds < 1:
-        raise errors.ttl_invalid()
-
-
-def _go_duration(text: str, units: dict[str, float]) -> float:
-    total, number = 0.0, ""
-    i = 0
-    while i < len(text):
-        if text[i].isdigit() or text[i] == ".":
-            number += text[i]
-            i += 1
-            continue
-        unit = next((u for u in ("ns", "us", "ms", "s", "m", "h") if text.startswith(u, i)), None)
-        if unit is None or not number:
-            raise ValueError(text)
-        total += float(number) * units[unit]
-        number = ""
-        i += len(unit)
-    if number or not text:
-        raise ValueError(text)
-    return total
 
 
 def _check_filter(subject: str) -> None:
