@@ -8,8 +8,9 @@ Progress goes to stderr; at the end exactly one JSON line with every figure goes
 What it measures (1 KiB payloads everywhere):
   (a) one client, one message at a time (raw `POST /v1/publish/{subject}`, keep-alive):
       msgs/s, p50 and p99 latency;
-  (b) 200,000 messages in batches of 1,000 from 4 concurrent clients (`POST /v1/publish`, JSON +
-      base64): msgs/s, every ack checked (a seq, no error, sequences unique);
+  (b) 200,000 messages in batches of 1,000 from 4 concurrent clients (`POST /v1/publish`, the binary
+      batch body `application/x-jetlake-batch` by default, `--b-format json` for JSON + base64):
+      msgs/s, every ack checked (a seq, no error, sequences unique);
   (c) 32 concurrent single-message clients: msgs/s, p50 and p99 latency.
   The same against nats-server -js (file storage) with nats-py: (a) `await js.publish` one at a time,
   (b) pipelined `js.publish_async` from 4 clients in windows of 1,000.
@@ -42,6 +43,7 @@ import os
 import random
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -182,9 +184,18 @@ def http_single_worker(port, subject, n, warm, cap_s, *, ready, go):
             "truncated": truncated}
 
 
-def build_batch_body(subject: str, count: int, first: int = 0) -> bytes:
-    msgs = [{"subject": subject, "data": base64.b64encode(POOL[(first + k) % POOL_SIZE]).decode()}
-            for k in range(count)]
+B_FORMATS = {"binary": "application/x-jetlake-batch", "json": "application/json"}
+B_FORMAT = "binary"  # set from --b-format before the workers fork
+
+
+def build_batch_body(subject: str, count: int, first: int = 0, fmt: str | None = None) -> bytes:
+    """A (b) request body: the binary batch format of the API (no base64, no JSON parse) or JSON."""
+    payloads = [POOL[(first + k) % POOL_SIZE] for k in range(count)]
+    if (fmt or B_FORMAT) == "binary":
+        s = subject.encode()
+        head = struct.pack(">I", len(s)) + struct.pack(">I", 0)
+        return b"JLB1" + b"".join(head + struct.pack(">I", len(p)) + s + p for p in payloads)
+    msgs = [{"subject": subject, "data": base64.b64encode(p).decode()} for p in payloads]
     return json.dumps({"messages": msgs}, separators=(",", ":")).encode()
 
 
@@ -192,12 +203,12 @@ def http_batch_worker(port, subject, batches, batch, warm_msgs, cap_s, first, *,
     """(b): batches of `batch` messages, one request at a time on one keep-alive connection. The bodies
     are built beforehand (B_BODIES of them, distinct payloads) and re-sent in turn: the sequences
     differ anyway, and the payloads vary enough that Parquet cannot shrink a commit by deduplicating."""
-    reqs = [build_request("POST", "/v1/publish", port, build_batch_body(subject, batch, first + j * batch),
-                          "application/json") for j in range(B_BODIES)]
+    ctype = B_FORMATS[B_FORMAT]
+    reqs = [build_request("POST", "/v1/publish", port, build_batch_body(subject, batch, first + j * batch), ctype)
+            for j in range(B_BODIES)]
     c = RawHTTP(port)
     if warm_msgs:
-        st, body = c.request(
-            build_request("POST", "/v1/publish", port, build_batch_body(subject, warm_msgs), "application/json"))
+        st, body = c.request(build_request("POST", "/v1/publish", port, build_batch_body(subject, warm_msgs), ctype))
         if st != 200:
             raise RuntimeError(f"warm-up batch answered {st}: {body[:300]!r}")
     ready()
@@ -660,6 +671,8 @@ def main() -> int:
     ap.add_argument("--start-timeout", type=float, default=30.0, help="seconds to wait for /healthz")
     ap.add_argument("--serve-arg", action="append", default=[],
                     help="extra argument(s) for jetlake serve, repeatable (e.g. --serve-arg='--no-scheduler')")
+    ap.add_argument("--b-format", choices=sorted(B_FORMATS), default=B_FORMAT,
+                    help="request body of the gateway's (b): binary batch records or JSON + base64")
     ap.add_argument("--skip-jetlake", action="store_true")
     ap.add_argument("--skip-nats", action="store_true")
     ap.add_argument("--skip-sync-always", action="store_true")
@@ -667,6 +680,8 @@ def main() -> int:
     args = ap.parse_args()
 
     sizes = Sizes(args.quick)
+    global B_FORMAT
+    B_FORMAT = args.b_format  # read by the forked (b) workers
     workdir = Path(tempfile.mkdtemp(prefix="jetlake-bench-"))
     log(f"workdir {workdir}; quick={args.quick}; cpus={os.cpu_count()}")
     result: dict = {
@@ -676,6 +691,7 @@ def main() -> int:
         "distinct_payloads": POOL_SIZE,
         "cpus": os.cpu_count(),
         "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+        "b_format": B_FORMAT,
         "sizes": {"a": sizes.a_n, "b": sizes.b_total, "b_clients": sizes.b_clients, "b_batch": sizes.b_batch,
                   "c_clients": sizes.c_clients, "c_per_client": sizes.c_per_client},
     }

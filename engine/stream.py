@@ -178,22 +178,16 @@ class Stream:
         c, ix = self.config, self.index
         limit = self.max_payload if c.max_msg_size < 0 else min(self.max_payload, c.max_msg_size)
         ts = max(now, ix.last_ts)
-        results: list[PublishResult] = []
-        subjects: list[str] = []
-        sizes: list[int] = []
-        data: list[bytes] = []
-        seq = ix.last_seq
         name = c.name
-        for msg in group:
-            length = len(msg.data)
-            if length > limit:
-                results.append(errors.message_too_large())
-                continue
-            seq += 1
-            subjects.append(msg.subject)
-            sizes.append(len(msg.subject) + length + STORE_OVERHEAD)
-            data.append(msg.data)
-            results.append(PubAck(name, seq))
+        subjects = [m.subject for m in group]
+        data = [m.data for m in group]
+        results: list[PublishResult]
+        if max(map(len, data), default=0) > limit:
+            subjects, data, results = self._without_too_large(subjects, data, limit)
+        else:
+            first = ix.last_seq + 1
+            results = [PubAck(name, seq) for seq in range(first, first + len(subjects))]  # type: ignore[misc]
+        sizes = [len(s) + len(d) + STORE_OVERHEAD for s, d in zip(subjects, data)]
         if not subjects:
             return results
         first = ix.last_seq + 1
@@ -207,7 +201,8 @@ class Stream:
         acc.headers.extend([None] * count)
         acc.data.extend(data)
         acc.sizes.extend(sizes)
-        acc.partitions.extend([partition_value(s, tokens) for s in subjects])
+        partitions = {s: partition_value(s, tokens) for s in set(subjects)}
+        acc.partitions.extend([partitions[s] for s in subjects])
         self.last_msg_id = None
         if c.max_msgs_per_subject > 0:
             for subject in set(subjects):
@@ -215,6 +210,24 @@ class Stream:
         else:
             self._enforce_limits(subjects[-1], acc)
         return results
+
+    def _without_too_large(
+        self, subjects: list[str], data: list[bytes], limit: int
+    ) -> tuple[list[str], list[bytes], list[PublishResult]]:
+        """A run with some payloads over the limit: those are refused and take no sequence."""
+        kept_subjects: list[str] = []
+        kept_data: list[bytes] = []
+        results: list[PublishResult] = []
+        seq = self.index.last_seq
+        for subject, payload in zip(subjects, data):
+            if len(payload) > limit:
+                results.append(errors.message_too_large())
+                continue
+            seq += 1
+            kept_subjects.append(subject)
+            kept_data.append(payload)
+            results.append(PubAck(self.config.name, seq))
+        return kept_subjects, kept_data, results
 
     def _publish_one(self, msg: InboundMessage, now: int, acc: _Accepted) -> PublishResult:
         try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+import numpy as np
 import orjson
 import pyarrow as pa
 
@@ -69,14 +70,13 @@ class Rows:
     def to_arrow(self) -> pa.RecordBatch:
         if self._arrow is None:
             n = len(self.subjects)
-            header_items = [list(h.items()) if h else None for h in self.headers]
             self._arrow = pa.RecordBatch.from_arrays(
                 [
-                    pa.array(range(self.first_seq, self.first_seq + n), pa.int64()),
+                    pa.array(np.arange(self.first_seq, self.first_seq + n, dtype=np.int64)),
                     pa.array(self.subjects, pa.string()),
-                    pa.array([t // 1000 for t in self.ts], _TS_TYPE),
-                    pa.array(self.msg_ids, pa.string()),
-                    pa.array(header_items, _HEADERS_TYPE),
+                    pa.array(np.array(self.ts, np.int64) // 1000, _TS_TYPE),
+                    _nullable(self.msg_ids, pa.string()),
+                    _headers_column(self.headers),
                     pa.array(self.data, pa.binary()),
                     pa.array(self.sizes, pa.int32()),
                     pa.array(self.partitions, pa.string()),
@@ -101,6 +101,19 @@ class Rows:
                 s, m, h, _PARTITION.pack(len(p)), p, d,
             )
         return KIND_PACKED, b"".join(parts)
+
+
+def _nullable(values: list[str | None], type_: pa.DataType) -> pa.Array:
+    """Most groups carry no msg ids: an all-null column is built without visiting Python objects."""
+    if values.count(None) == len(values):
+        return pa.nulls(len(values), type_)
+    return pa.array(values, type_)
+
+
+def _headers_column(headers: list[dict[str, list[str]] | None]) -> pa.Array:
+    if headers.count(None) == len(headers):
+        return pa.nulls(len(headers), _HEADERS_TYPE)
+    return pa.array([list(h.items()) if h else None for h in headers], _HEADERS_TYPE)
 
 
 def decode(kind: int, payload: bytes) -> Rows:

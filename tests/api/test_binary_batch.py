@@ -1,0 +1,133 @@
+"""The binary batch body of `POST /v1/publish` (`application/x-jetlake-batch`) through a real gateway.
+
+A batch means the same as the JSON batch of the same messages: one answer per record in order, errors
+per message. A body that is not a sequence of whole records is refused whole (400 in JetStream's
+ApiError shape) and stores nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from api.binary_batch import MEDIA_TYPE, encode
+from tests.gateway import Gateway
+
+BINARY = {"content-type": MEDIA_TYPE}
+BAD_REQUEST, INVALID_JSON, NOT_FOUND, TOO_LARGE, WRONG_LAST_SEQ = 10003, 10025, 10059, 10054, 10071
+
+
+@pytest.fixture(scope="module")
+def c(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+    warehouse: Path = tmp_path_factory.mktemp("binary-batch") / "warehouse"
+    warehouse.mkdir()
+    gateway = Gateway(warehouse, "--flush-interval", "0.2").start()
+    try:
+        with gateway.client() as client:
+            config = {"name": "BIN", "subjects": ["bin.>"], "max_msg_size": 128}
+            assert client.post("/v1/streams", json=config).status_code == 201
+            yield client
+    finally:
+        gateway.stop()
+
+
+def post(c: httpx.Client, body: bytes, content_type: str = MEDIA_TYPE) -> httpx.Response:
+    return c.post("/v1/publish", content=body, headers={"content-type": content_type})
+
+
+def state(c: httpx.Client) -> dict[str, Any]:
+    return c.get("/v1/streams/BIN").json()["state"]  # type: ignore[no-any-return]
+
+
+def record(subject: bytes, data: bytes, headers: bytes = b"") -> bytes:
+    return struct.pack(">III", len(subject), len(headers), len(data)) + subject + headers + data
+
+
+def test_good_batch(c: httpx.Client) -> None:
+    last = state(c)["last_seq"]
+    body = encode([("bin.a", b"one", None), ("bin.b", b"", None), ("bin.a", bytes(range(40)), {"Nats-Msg-Id": ["b1"]})])
+    resp = post(c, body)
+    assert resp.status_code == 200, resp.text
+    assert resp.json() == {"acks": [{"stream": "BIN", "seq": last + i} for i in (1, 2, 3)]}
+    third = c.get(f"/v1/streams/BIN/messages/{last + 3}").json()["message"]
+    assert third["subject"] == "bin.a" and base64.b64decode(third["data"]) == bytes(range(40))
+    assert third["headers"] == {"Nats-Msg-Id": ["b1"]}
+    assert c.get(f"/v1/streams/BIN/messages/{last + 2}").json()["message"]["data"] == ""
+    again = post(c, encode([("bin.c", b"dup", {"Nats-Msg-Id": ["b1"]})]))
+    assert again.json() == {"acks": [{"stream": "BIN", "seq": last + 3, "duplicate": True}]}
+
+
+def test_same_answers_as_the_json_batch(c: httpx.Client) -> None:
+    """Each message once as JSON, once as binary: the same shape of answer, sequences one apart."""
+    messages = [("bin.j", b"x" * 10, None), ("nobody.here", b"y", None), ("bin.*", b"z", None), ("bin.k", b"w" * 129, None)]
+    as_json = {"messages": [{"subject": s, "data": base64.b64encode(d).decode()} for s, d, _ in messages]}
+    json_acks = c.post("/v1/publish", json=as_json).json()["acks"]
+    binary_acks = post(c, encode(messages)).json()["acks"]
+    assert binary_acks[0]["seq"] == json_acks[0]["seq"] + 1
+    assert binary_acks[1:] == json_acks[1:]
+    assert [a["error"]["err_code"] for a in binary_acks[1:]] == [NOT_FOUND, BAD_REQUEST, TOO_LARGE]
+
+
+def test_per_message_errors(c: httpx.Client) -> None:
+    before = state(c)
+    els = "Nats-Expected-Last-Sequence"
+    body = b"JLB1" + b"".join([
+        record(b"bin.ok", b"first"),
+        record(b"bin.bad..subject", b"x"),
+        record(b"other.stream", b"x"),
+        record(b"bin.big", b"x" * 129),
+        record(b"bin.h", b"x", b'{"Nats-Msg-Id": ["m-1"'),  # headers not JSON
+        record(b"bin.h", b"x", b'["not", "a", "map"]'),
+        record(b"bin.h", b"x", b'{"bad name": ["v"]}'),
+        record(b"bin.h", b"x", f'{{"{els}": ["1"]}}'.encode()),
+        record(b"bin.ok", b"last"),
+    ])
+    acks = post(c, body).json()["acks"]
+    assert acks[0] == {"stream": "BIN", "seq": before["last_seq"] + 1}
+    assert [a["error"]["err_code"] for a in acks[1:8]] == [
+        BAD_REQUEST, NOT_FOUND, TOO_LARGE, INVALID_JSON, BAD_REQUEST, BAD_REQUEST, WRONG_LAST_SEQ,
+    ]
+    assert all(a["error"]["code"] == (404 if a["error"]["err_code"] == NOT_FOUND else 400) for a in acks[1:8])
+    assert acks[8] == {"stream": "BIN", "seq": before["last_seq"] + 2}  # refused messages took no sequence
+    assert state(c)["messages"] == before["messages"] + 2
+
+
+def test_empty_batch(c: httpx.Client) -> None:
+    before = state(c)
+    resp = post(c, b"JLB1", MEDIA_TYPE + "; charset=binary")
+    assert resp.status_code == 200 and resp.json() == {"acks": []}
+    assert state(c) == before
+
+
+GOOD = record(b"bin.fine", b"payload")
+MALFORMED = {
+    "empty body": b"",
+    "wrong magic": b"JLB2" + GOOD,
+    "json body": b'{"messages": []}',
+    "record header cut short": b"JLB1" + GOOD + GOOD[:7],
+    "payload cut short": b"JLB1" + GOOD + GOOD[:-1],
+    "subject length past the end": b"JLB1" + GOOD + struct.pack(">III", 1 << 31, 0, 0) + b"bin.x",
+    "payload length past the end": b"JLB1" + struct.pack(">III", 8, 0, 1 << 20) + b"bin.fine" + b"short",
+    "headers length past the end": b"JLB1" + struct.pack(">III", 8, 4096, 1) + b"bin.fine" + b"{}x",
+    "subject not UTF-8": b"JLB1" + GOOD + record(b"bin.\xff\xfe", b"x"),
+    "trailing garbage": b"JLB1" + GOOD + b"\x00\x00",
+}
+
+
+@pytest.mark.parametrize("body", MALFORMED.values(), ids=MALFORMED.keys())
+def test_malformed_body_stores_nothing(c: httpx.Client, body: bytes) -> None:
+    before = state(c)
+    resp = post(c, body)
+    assert resp.status_code == 400, resp.text
+    assert resp.headers["content-type"].startswith("application/json")
+    error = resp.json()["error"]
+    assert error == {"code": 400, "err_code": BAD_REQUEST, "description": error["description"]}
+    assert error["description"]
+    assert state(c) == before
+    assert c.get("/healthz").status_code == 200
