@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api import errors
-from api.routes import consumers, erasures, publish, streams, system
+from api.routes import consumers, erasures, kv, objects, publish, streams, system
 from api.waiters import Waiters
 from engine import JetStream
 
@@ -44,6 +44,8 @@ def create_app(engine: JetStream, max_body: int = DEFAULT_MAX_BODY) -> FastAPI:
     app.include_router(publish.router)
     app.include_router(consumers.router)
     app.include_router(erasures.router)
+    app.include_router(kv.router)
+    app.include_router(objects.router)
     return app
 
 

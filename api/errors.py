@@ -19,8 +19,6 @@ from engine.errors import ErrorCode, JetStreamError
 
 log = logging.getLogger(__name__)
 
-GENERAL_ERROR = 10051
-
 
 class BodyTooLargeError(JetStreamError):
     def __init__(self, limit: int) -> None:
@@ -57,4 +55,4 @@ def install(app: FastAPI) -> None:
     async def _unexpected(request: Request, exc: Exception) -> Response:
         request.app.state.api_errors += 1
         log.exception("unexpected failure answering %s %s", request.method, request.url.path)
-        return error_response(JetStreamError(500, GENERAL_ERROR, f"internal error: {type(exc).__name__}"))
+        return error_response(JetStreamError(500, ErrorCode.GENERAL, f"internal error: {type(exc).__name__}"))

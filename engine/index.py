@@ -298,6 +298,11 @@ class MessageIndex:
         sids = self.matching_subject_ids(filter_)
         return max((self._per_subject[sid][2] for sid in sids), default=0)
 
+    def last_seqs(self, filter_: str) -> np.ndarray:
+        """The last live sequence of every subject matching `filter_`, ascending: JetStream's last-per-subject."""
+        seqs = [self._per_subject[sid][2] for sid in self.matching_subject_ids(filter_)]
+        return np.sort(np.array(seqs, np.int64))
+
     def next_seq_for(self, filter_: str, start: int) -> int:
         """First live sequence ≥ start on `filter_`; 0 if none."""
         sids = self.matching_subject_ids(filter_)

@@ -29,6 +29,8 @@ from engine.consumer import Delivery
 from engine.consumers import Consumers
 from engine.config import StreamConfig, check_stream_config, check_stream_update, parse_stream_config, same_config
 from engine.info import rfc3339, state_json
+from engine.kv import KeyValueStores
+from engine.objects import ObjectStores
 from engine.pipeline import GroupCommit
 from engine.store.base import StoredMessage, StreamStore
 from engine.store.delta import DEFAULT_CACHE_BYTES, DeltaStore
@@ -95,6 +97,8 @@ class JetStream:
         self.consumers = Consumers(self.layout, self.clock, self.options.sync_always)
         self.notify: Callable[[str], None] | None = None
         self.opened = False
+        self.kv = KeyValueStores(self)
+        self.objects = ObjectStores(self)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -106,6 +110,7 @@ class JetStream:
                 self._load_stream(path)
             self.consumers.open({name: e.stream for name, e in self._streams.items()})
             self.consumers.notify = self._notify
+            self.objects.sweep_orphans()
         except BaseException:
             self._owner.release()
             raise
@@ -347,6 +352,16 @@ class JetStream:
             entry.stream.lock.release()
         self._maybe_wake_flusher(entry)
         return results
+
+    def throttle(self, stream: Stream, timeout: float = 120.0) -> None:
+        """Waits while the stream's unflushed log holds twice `flush_bytes`: a large upload cannot
+        outrun the flusher and fill the memory. Gives up waiting (and lets the write through) after
+        `timeout` seconds, e.g. while a Spark job holds the table's lease."""
+        limit = 2 * self.options.flush_bytes
+        deadline = time.monotonic() + timeout
+        while stream.store.pending_bytes() >= limit and self._flusher is not None and time.monotonic() < deadline:
+            self._flush_wake.set()
+            time.sleep(0.005)
 
     def publish_one(self, subject: str, data: bytes, headers: dict[str, list[str]] | None = None) -> PublishResult:
         return self.publish([InboundMessage(subject, data, headers)])[0]

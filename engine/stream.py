@@ -476,6 +476,28 @@ class Stream:
             raise errors.NoMessageFoundError()
         return msg
 
+    def load_many(self, seqs: list[int] | np.ndarray) -> list[StoredMessage]:
+        """The live messages among `seqs`, in the order given (removed ones are left out)."""
+        wanted = [int(s) for s in seqs]
+        with self.lock:
+            found = self.store.load_many(sorted(wanted), self.index)
+        return [found[s] for s in wanted if s in found]
+
+    def last_seqs(self, filter_: str) -> np.ndarray:
+        """The last live sequence per subject matching `filter_`, ascending, after `max_age`."""
+        _check_filter(filter_)
+        with self.lock:
+            self._expire(self.clock.now_ns())
+            return self.index.last_seqs(filter_)
+
+    def live_seqs(self, filter_: str | None = None, start: int = 0) -> np.ndarray:
+        """Live sequences ≥ `start` on `filter_`, ascending, after `max_age`."""
+        if filter_ is not None:
+            _check_filter(filter_)
+        with self.lock:
+            self._expire(self.clock.now_ns())
+            return self.index.live_seqs(filter_, start=start)
+
     def state(self, subjects_filter: str | None = None) -> dict[str, Any]:
         with self.lock:
             self._expire(self.clock.now_ns())

@@ -47,8 +47,10 @@ log = logging.getLogger(__name__)
 KIND_REMOVE = 2
 DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
 ROW_GROUP_ROWS = 8192  # small row groups: a read by sequence decodes one group, not a whole file
+ROW_GROUP_BYTES = 8 * 1024 * 1024  # and few enough bytes that a read of a large message stays small
 READ_AHEAD = ROW_GROUP_ROWS
 READ_WINDOWS = 4
+READ_WINDOW_BYTES = 16 * 1024 * 1024
 
 
 def ensure_table(path: Path, schema: pa.Schema, partition_by: list[str] | None, properties: dict[str, str]) -> None:
@@ -90,6 +92,12 @@ def _to_table(groups: list[Rows]) -> pa.Table:
     if merged.subjects:
         out.append(merged.to_arrow())
     return pa.Table.from_batches(out, schema=STREAM_SCHEMA)
+
+
+def _row_group_rows(table: pa.Table) -> int:
+    """Rows per row group: ROW_GROUP_ROWS, fewer for large messages (object chunks) to bound a group's bytes."""
+    average = max(table.nbytes // max(table.num_rows, 1), 1)
+    return int(min(ROW_GROUP_ROWS, max(16, ROW_GROUP_BYTES // average)))
 
 
 def _ranges_to_seqs(ranges: list[tuple[int, int]]) -> np.ndarray:
@@ -240,7 +248,7 @@ class DeltaStore:
                     job.messages,
                     mode="append",
                     partition_by=[PARTITION_COLUMN],
-                    writer_properties=WriterProperties(max_row_group_size=ROW_GROUP_ROWS, compression="SNAPPY"),
+                    writer_properties=WriterProperties(max_row_group_size=_row_group_rows(job.messages), compression="SNAPPY"),
                     commit_properties=CommitProperties(
                         app_transactions=[Transaction(app_id=self.stream_id, version=job.last_msg_seq)]
                     ),
@@ -318,13 +326,26 @@ class DeltaStore:
                 misses.append(seq)
             else:
                 found[seq] = msg
-        if misses:
-            self._read_window(misses[0], max(misses[-1], misses[0] + READ_AHEAD), index)
-            for seq in misses:
-                msg = self._window_get(seq) or self.load(seq, index)
+        i = 0
+        while i < len(misses):
+            lo = misses[i]
+            hi = self._window_end(lo, max(misses[-1], lo + READ_AHEAD), index)
+            self._read_window(lo, hi, index)
+            while i < len(misses) and misses[i] <= hi:
+                msg = self._window_get(misses[i]) or self.load(misses[i], index)
                 if msg is not None:
-                    found[seq] = msg
+                    found[misses[i]] = msg
+                i += 1
         return found
+
+    @staticmethod
+    def _window_end(lo: int, hi: int, index: MessageIndex) -> int:
+        """`hi`, or less so that a window of large messages stays within READ_WINDOW_BYTES."""
+        seqs = index.live_seqs(start=lo, stop=hi + 1)
+        if not len(seqs):
+            return hi
+        cut = int(np.searchsorted(np.cumsum(index.sizes_of(seqs)), READ_WINDOW_BYTES, side="right"))
+        return hi if cut >= len(seqs) else int(seqs[max(cut - 1, 0)])
 
     def _window_get(self, seq: int) -> StoredMessage | None:
         for lo, hi, window in self._windows:
