@@ -12,16 +12,17 @@ from api.responses import json_response
 from api.sse import watch_response
 from engine import JetStream, errors
 from engine.info import rfc3339
-from engine.kv import KvEntry
+from engine.kv import KvEntry, Publisher
 from engine.stream import InboundMessage, PublishResult
 
 router = APIRouter(prefix="/v1/kv")
+
 
 class _WouldWait(Exception):
     """The stream was busy: the write goes to the thread pool instead of the event loop."""
 
 
-def _publish_now(engine: JetStream) -> object:
+def _publish_now(engine: JetStream) -> Publisher:
     def send(message: InboundMessage) -> PublishResult:
         results = engine.publish_nowait([message])
         if results is None:
@@ -74,7 +75,7 @@ async def put(request: Request, bucket: str, key: str) -> Response:
         raise errors.bad_request("If-None-Match takes only *")
     kv = deps.engine(request).kv
     try:
-        revision = kv.put(bucket, key, value, create=create, last_revision=last, publish=_publish_now(deps.engine(request)))  # type: ignore[arg-type]
+        revision = kv.put(bucket, key, value, create=create, last_revision=last, publish=_publish_now(deps.engine(request)))
     except _WouldWait:
         revision = await run_in_threadpool(lambda: kv.put(bucket, key, value, create=create, last_revision=last))
     return json_response({"revision": revision})
