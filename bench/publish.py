@@ -663,6 +663,7 @@ def bench_nats(args, sizes: Sizes, sync_always: bool, workdir: Path) -> dict:
 
 
 def main() -> int:
+    global B_FORMAT
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="~10x fewer messages: a smoke run")
     ap.add_argument("--jetlake", default=str(ROOT / ".venv" / "bin" / "jetlake"), help="the jetlake executable")
@@ -680,7 +681,6 @@ def main() -> int:
     args = ap.parse_args()
 
     sizes = Sizes(args.quick)
-    global B_FORMAT
     B_FORMAT = args.b_format  # read by the forked (b) workers
     workdir = Path(tempfile.mkdtemp(prefix="jetlake-bench-"))
     log(f"workdir {workdir}; quick={args.quick}; cpus={os.cpu_count()}")
