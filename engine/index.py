@@ -16,6 +16,7 @@ import numpy as np
 from engine.subjects import is_literal, subject_matches
 
 _MIN_CAPACITY = 1024
+_FEW = 8
 
 
 class MessageIndex:
@@ -180,6 +181,8 @@ class MessageIndex:
         """Removes the live messages among `seqs` (sorted, unique); returns how many were live."""
         if len(seqs) == 0:
             return 0
+        if len(seqs) <= _FEW:
+            return self._remove_few(seqs.tolist())
         seqs = seqs[(seqs >= self.base) & (seqs <= self.last_seq)]
         slots = seqs - self.base
         slots = slots[self._live[slots]]
@@ -203,6 +206,31 @@ class MessageIndex:
         self._fix_first()
         return len(slots)
 
+    def _remove_few(self, seqs: list[int]) -> int:
+        """`remove_many` for a handful of sequences (a KV update drops one): plain Python beats numpy's setup."""
+        removed = 0
+        for seq in seqs:
+            slot = seq - self.base
+            if not (0 <= slot < self._n and self._live[slot]):
+                continue
+            self._live[slot] = False
+            removed += 1
+            self.msgs -= 1
+            self.bytes -= int(self._size[slot])
+            state = self._per_subject[int(self._sid[slot])]
+            state[0] -= 1
+            if state[0] == 0:
+                state[1] = state[2] = 0
+                self.num_subjects -= 1
+                continue
+            if state[1] == seq:
+                state[1] = self._walk(seq, self._next)
+            if state[2] == seq:
+                state[2] = self._walk(seq, self._prev)
+        if removed:
+            self._fix_first()
+        return removed
+
     def _walk(self, seq: int, links: np.ndarray) -> int:
         base, live = self.base, self._live
         while True:
@@ -223,7 +251,8 @@ class MessageIndex:
         if slot >= 0 and self._live[slot]:
             return
         start = max(slot, 0)
-        slot = start + int(np.argmax(self._live[start : self._n]))
+        near = self._live[start : start + 64]  # the next live message is usually close: skip the long scan
+        slot = start + int(np.argmax(near)) if near.any() else start + int(np.argmax(self._live[start : self._n]))
         self.first_seq = self.base + slot
         self.first_ts = int(self._ts[slot])
         self._maybe_rebase()
@@ -319,6 +348,17 @@ class MessageIndex:
         hit = int(np.argmax(mask))
         return self.base + lo + hit if mask[hit] else 0
 
+    def oldest_seqs(self, subject: str, count: int) -> np.ndarray:
+        """The `count` oldest live sequences of a literal subject, along its chain: O(count), not O(stream)."""
+        sid = self._subject_ids.get(subject)
+        state = self._per_subject.get(sid) if sid is not None else None
+        if state is None or state[0] == 0 or count <= 0:
+            return np.zeros(0, np.int64)
+        out = [state[1]]
+        while len(out) < min(count, state[0]):
+            out.append(self._walk(out[-1], self._next))
+        return np.array(out, np.int64)
+
     def oldest_in_subject(self, subject: str) -> int:
         return self.subject_state(subject)[1]
 
@@ -360,10 +400,22 @@ class MessageIndex:
 
 def seq_ranges(seqs: Iterable[int] | np.ndarray) -> list[tuple[int, int]]:
     """Collapses sorted sequences into inclusive ranges."""
-    arr = np.asarray(list(seqs) if not isinstance(seqs, np.ndarray) else seqs, dtype=np.int64)
-    if len(arr) == 0:
-        return []
+    if not isinstance(seqs, np.ndarray):
+        seqs = list(seqs)
+    if len(seqs) <= _FEW:
+        return _few_ranges([int(s) for s in seqs])
+    arr = np.asarray(seqs, dtype=np.int64)
     breaks = np.flatnonzero(np.diff(arr) != 1)
     starts = np.concatenate(([arr[0]], arr[breaks + 1]))
     ends = np.concatenate((arr[breaks], [arr[-1]]))
     return list(zip(starts.tolist(), ends.tolist(), strict=True))
+
+
+def _few_ranges(seqs: list[int]) -> list[tuple[int, int]]:
+    ranges: list[tuple[int, int]] = []
+    for seq in seqs:
+        if ranges and ranges[-1][1] + 1 == seq:
+            ranges[-1] = (ranges[-1][0], seq)
+        else:
+            ranges.append((seq, seq))
+    return ranges

@@ -340,7 +340,7 @@ class Stream:
             for subj in subjects:
                 excess = ix.subject_state(subj)[0] - c.max_msgs_per_subject
                 if excess > 0:
-                    acc.remove("limits", self._remove(ix.live_seqs(subj)[:excess]))
+                    acc.remove("limits", self._remove(ix.oldest_seqs(subj, excess)))
         if c.discard == "new" and subject is not None:
             return
         if c.max_msgs > 0 and ix.msgs > c.max_msgs:

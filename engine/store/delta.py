@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
@@ -51,6 +52,7 @@ ROW_GROUP_BYTES = 8 * 1024 * 1024  # and few enough bytes that a read of a large
 READ_AHEAD = ROW_GROUP_ROWS
 READ_WINDOWS = 4
 READ_WINDOW_BYTES = 16 * 1024 * 1024
+_FILE_COLUMNS = [name for name in STREAM_SCHEMA.names if name != PARTITION_COLUMN]
 
 
 def ensure_table(path: Path, schema: pa.Schema, partition_by: list[str] | None, properties: dict[str, str]) -> None:
@@ -139,6 +141,64 @@ class _Window:
         return StoredMessage(self.subjects[i], seq, self.ts[i], self.data[i] or b"", dict(headers) if headers else None, self.msg_ids[i])
 
 
+class _RowGroups:
+    """Decoded row groups of the table's files, least recently used first out, within a byte budget.
+
+    A file's footer is parsed once; a point read decodes the one row group whose `seq` statistics
+    hold the sequence, and later reads in that group are dictionary lookups.
+    """
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self._meta: dict[Path, tuple[pq.FileMetaData, np.ndarray, np.ndarray]] = {}
+        self._groups: OrderedDict[tuple[Path, int], tuple[_Window, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def find(self, path: Path, seq: int) -> StoredMessage | None:
+        """The message `seq` of the file at `path`, from the row groups whose statistics may hold it."""
+        meta, lows, highs = self._footer(path)
+        for group in np.flatnonzero((lows <= seq) & (highs >= seq)).tolist():
+            msg = self._window(path, meta, group).get(seq)
+            if msg is not None:
+                return msg
+        return None
+
+    def _window(self, path: Path, meta: pq.FileMetaData, group: int) -> _Window:
+        key = (path, group)
+        with self._lock:
+            cached = self._groups.get(key)
+            if cached is not None:
+                self._groups.move_to_end(key)
+                return cached[0]
+        table = pq.ParquetFile(path, metadata=meta).read_row_group(group, columns=_FILE_COLUMNS)
+        window = _Window(table)
+        with self._lock:
+            self._groups[key] = (window, table.nbytes)
+            self._bytes += table.nbytes
+            while self._bytes > self.budget and len(self._groups) > 1:
+                _, (_, size) = self._groups.popitem(last=False)
+                self._bytes -= size
+        return window
+
+    def _footer(self, path: Path) -> tuple[pq.FileMetaData, np.ndarray, np.ndarray]:
+        found = self._meta.get(path)
+        if found is None:
+            meta = pq.read_metadata(path)
+            column = meta.schema.to_arrow_schema().get_field_index("seq")
+            stats = [meta.row_group(i).column(column).statistics for i in range(meta.num_row_groups)]
+            lows = np.array([st.min if st is not None and st.has_min_max else -1 for st in stats], np.int64)
+            highs = np.array([st.max if st is not None and st.has_min_max else 2**62 for st in stats], np.int64)
+            found = self._meta[path] = (meta, lows, highs)
+        return found
+
+    def clear(self) -> None:
+        with self._lock:
+            self._meta.clear()
+            self._groups.clear()
+            self._bytes = 0
+
+
 @dataclass
 class _FileMap:
     version: int = -1
@@ -172,6 +232,7 @@ class DeltaStore:
         self._files = _FileMap()
         self._files_lock = threading.Lock()
         self._windows: list[tuple[int, int, _Window]] = []
+        self._row_groups = _RowGroups(cache_bytes)
         self.commits = 0
 
     @property
@@ -377,16 +438,18 @@ class DeltaStore:
             self._windows.pop(0)
 
     def _read_from_table(self, seq: int, partition: str, refresh: bool) -> StoredMessage | None:
+        """One message by sequence: the file by its `seq` statistics, the row group by its own, both
+        kept in memory (`_RowGroups`), so a repeated or nearby point read (a KV get) costs no I/O."""
         files = self._file_map(refresh)
         mask = (files.min_seq <= seq) & (files.max_seq >= seq) & (files.partitions == partition)
         for i in np.flatnonzero(mask):
             path = self.table_path / unquote(files.paths[i])
             try:
-                table = pq.read_table(path, filters=[("seq", "=", seq)], schema=STREAM_SCHEMA.remove(7))
+                msg = self._row_groups.find(path, seq)
             except FileNotFoundError:
                 return None
-            if table.num_rows:
-                return message_at(table, 0)
+            if msg is not None:
+                return msg
         return None
 
     def _file_map(self, refresh: bool) -> _FileMap:
@@ -410,6 +473,7 @@ class DeltaStore:
         with self._files_lock:
             self._stale = True
             self._windows = []
+        self._row_groups.clear()
 
     # -- recovery -----------------------------------------------------------------------------
 

@@ -72,3 +72,21 @@ def test_rebase_keeps_lookups_right_after_many_removals() -> None:
 def test_seq_ranges() -> None:
     assert seq_ranges([1, 2, 3, 5, 7, 8]) == [(1, 3), (5, 5), (7, 8)]
     assert seq_ranges([]) == []
+
+
+def test_oldest_seqs_walks_the_subject_chain_past_removed_messages() -> None:
+    rng = np.random.default_rng(7)
+    ix = MessageIndex()
+    subjects = ["a", "b", "c"]
+    seq = 0
+    for _ in range(400):
+        seq += 1
+        ix.append(seq, subjects[int(rng.integers(3))], 10, seq)
+        if rng.random() < 0.4:
+            ix.remove(int(rng.integers(1, seq + 1)))
+    ix.append_run(seq + 1, ["a", "b", "a"], [10, 10, 10], seq + 1)
+    for subject in subjects:
+        live = ix.live_seqs(subject)
+        for count in (0, 1, 2, 5, len(live), len(live) + 3):
+            assert ix.oldest_seqs(subject, count).tolist() == live[:count].tolist()
+    assert ix.oldest_seqs("missing", 3).tolist() == []
