@@ -43,6 +43,9 @@ STREAM_PREFIX = "OBJ_"
 DEFAULT_CHUNK_SIZE = 128 * 1024
 PARTITION_TOKENS = 3  # `$O.<bucket>.C` and `$O.<bucket>.M`: chunks apart from infos, not one folder per object
 READ_BATCH_BYTES = 8 * 1024 * 1024
+# A put commits its stream's log itself once this many bytes wait, and waits for that commit: with the
+# flusher alone, 2 x flush_bytes more pile up while it writes (1.8 GB of RSS for a 1 GiB put).
+FLUSH_AT_BYTES = 16 * 1024 * 1024
 MAX_NAME_BYTES = 255
 _NUID_ALPHABET = string.ascii_letters + string.digits
 
@@ -202,6 +205,7 @@ class ObjectWriter:
         self.chunk_size = chunk_size
         self._sha = hashlib.sha256()
         self._pending = bytearray()
+        self._flush_at = FLUSH_AT_BYTES
 
     def write(self, data: bytes) -> None:
         """Publishes every whole chunk the bytes so far make, as one group commit."""
@@ -228,7 +232,18 @@ class ObjectWriter:
         except JetStreamError as exc:  # a sealed or deleted bucket: nothing more can be written or purged
             log.warning("purging the chunks of an aborted put of %s failed: %s", self.info.name, exc)
 
+    def _flush_if_due(self) -> None:
+        """Commits the log once FLUSH_AT_BYTES wait; if that makes no progress (a Spark job holds the
+        table's lease), tries again only after as many more bytes, leaving the rest to `throttle`."""
+        pending = self.stream.store.pending_bytes()
+        if pending < self._flush_at:
+            return
+        self.stores.js.flush()
+        progress = self.stream.store.pending_bytes() < pending
+        self._flush_at = FLUSH_AT_BYTES if progress else pending + FLUSH_AT_BYTES
+
     def _publish(self, data: bytearray) -> None:
+        self._flush_if_due()
         self.stores.js.throttle(self.stream)
         view = memoryview(data)
         messages = [
