@@ -426,33 +426,7 @@ class JetStream:
             started = time.monotonic()
             for stream in self.streams():
                 stream.tick()
-                store = stream.store
-                if not isinstance(store, DeltaStore):
-                    continue
-                with stream.lock:
-                    job = store.seal(stream.index)
-                if job is None:
-                    continue
-                try:
-                    store.commit(job, lease_timeout=0)
-                except TimeoutError:
-                    # A Spark job holds the table's lease: its messages wait in the log for the next round,
-                    # and the other streams are not held up.
-                    with stream.lock:
-                        store.requeue(job)
-                    self.flush_stats.lease_waits += 1
-                    continue
-                except Exception as exc:
-                    with stream.lock:
-                        store.requeue(job)
-                    self.flush_stats.failures += 1
-                    self.flush_stats.last_error = f"{stream.name}: {exc}"
-                    log.exception("flushing stream %s failed; its log is kept and retried", stream.name)
-                    continue
-                with stream.lock:
-                    store.finish(job)
-                commits += 1
-                self.flush_stats.messages += job.messages.num_rows if job.messages is not None else 0
+                commits += self._flush_stream(stream)
             self.consumers.tick(self.streams())
             try:
                 commits += self.consumers.flush()
@@ -468,6 +442,42 @@ class JetStream:
             if commits:
                 self.flush_stats.last_error = None
         return commits
+
+    def flush_stream(self, stream: Stream) -> int:
+        """Commits one stream's log now (a large upload keeps its own backlog small); 1 if it committed."""
+        with self._flush_lock:
+            commits = self._flush_stream(stream)
+            self.flush_stats.commits += commits
+            return commits
+
+    def _flush_stream(self, stream: Stream) -> int:
+        store = stream.store
+        if not isinstance(store, DeltaStore):
+            return 0
+        with stream.lock:
+            job = store.seal(stream.index)
+        if job is None:
+            return 0
+        try:
+            store.commit(job, lease_timeout=0)
+        except TimeoutError:
+            # A Spark job holds the table's lease: its messages wait in the log for the next round,
+            # and the other streams are not held up.
+            with stream.lock:
+                store.requeue(job)
+            self.flush_stats.lease_waits += 1
+            return 0
+        except Exception as exc:
+            with stream.lock:
+                store.requeue(job)
+            self.flush_stats.failures += 1
+            self.flush_stats.last_error = f"{stream.name}: {exc}"
+            log.exception("flushing stream %s failed; its log is kept and retried", stream.name)
+            return 0
+        with stream.lock:
+            store.finish(job)
+        self.flush_stats.messages += job.messages.num_rows if job.messages is not None else 0
+        return 1
 
     # -- account ------------------------------------------------------------------------------
 

@@ -238,7 +238,7 @@ class ObjectWriter:
         pending = self.stream.store.pending_bytes()
         if pending < self._flush_at:
             return
-        self.stores.js.flush()
+        self.stores.js.flush_stream(self.stream)
         progress = self.stream.store.pending_bytes() < pending
         self._flush_at = FLUSH_AT_BYTES if progress else pending + FLUSH_AT_BYTES
 
