@@ -12,6 +12,10 @@ magic, a record cut short, a length past the end, a subject that is not UTF-8) i
 a 400 before anything is published: no later record could be trusted. Everything a JSON batch
 reports per message (a subject no stream captures or that NATS forbids, bad headers, limits) is
 reported per message here too, so one batch means the same in either format.
+
+A body without headers in any record (the common case) is decoded by `decode_plain` into columns
+instead: the payloads are gathered into one Arrow binary array (vectorised when every record has the
+same layout, as a producer's batch usually has) and the engine stores that array as it is.
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import orjson
+import pyarrow as pa
 
-from engine import InboundMessage, JetStreamError, errors
+from engine import InboundMessage, JetStreamError, PlainBatch, errors
 
 MEDIA_TYPE = "application/x-jetlake-batch"
 MAGIC = b"JLB1"
@@ -61,6 +67,69 @@ def decode(body: bytes, check_headers: HeaderCheck) -> list[InboundMessage | Jet
         _with_headers(subject, payload, headers[i], check_headers) if i in headers else InboundMessage(subject, payload)
         for i, (subject, payload) in enumerate(zip(subjects, data))
     ]
+
+
+def decode_plain(body: bytes) -> PlainBatch | None:
+    """The records as columns when none carries headers; None otherwise (or for an empty or foreign body),
+    and then `decode` answers it.
+
+    Raises:
+        JetStreamError: 400, err_code 10003, when the body is not a sequence of whole records.
+    """
+    if body[:4] != MAGIC or len(body) < len(MAGIC) + _RECORD.size:
+        return None
+    uniform = _uniform(body)
+    return uniform if uniform is not None else _plain_records(body)
+
+
+def _uniform(body: bytes) -> PlainBatch | None:
+    """Every record with the same subject and payload length: checked and gathered with numpy, no loop."""
+    ls, lh, ld = _RECORD.unpack_from(body, len(MAGIC))
+    head = _RECORD.size + ls
+    stride = head + ld
+    count, rest = divmod(len(body) - len(MAGIC), stride)
+    if lh or rest:
+        return None
+    records = np.frombuffer(body, np.uint8, offset=len(MAGIC)).reshape(count, stride)
+    if not (records[:, :head] == records[0, :head]).all():
+        return None
+    subject = _subject(body[len(MAGIC) + _RECORD.size : len(MAGIC) + head], 0)
+    data = pa.allocate_buffer(count * ld)
+    np.frombuffer(data, np.uint8).reshape(count, ld)[:] = records[:, head:]
+    offsets = np.arange(0, (count + 1) * ld, ld, dtype=np.int32)
+    return PlainBatch([subject] * count, pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(offsets), data]))
+
+
+def _plain_records(body: bytes) -> PlainBatch | None:
+    """Records of varied layouts: a loop over the lengths alone, then one join of the payloads."""
+    end = len(body)
+    offset = len(MAGIC)
+    unpack = _RECORD.unpack_from
+    head = _RECORD.size
+    view = memoryview(body)
+    subjects: list[str] = []
+    payloads: list[memoryview] = []
+    last_raw, last_subject = b"", ""
+    while offset < end:
+        if offset + head > end:
+            raise _truncated(len(subjects), offset)
+        ls, lh, ld = unpack(body, offset)
+        if lh:
+            return None
+        start = offset + head
+        offset = start + ls + ld
+        if offset > end:
+            raise _truncated(len(subjects), start - head)
+        raw = body[start : start + ls]
+        if raw != last_raw or not subjects:
+            last_raw, last_subject = raw, _subject(raw, len(subjects))
+        subjects.append(last_subject)
+        payloads.append(view[offset - ld : offset])
+    lengths = np.fromiter(map(len, payloads), np.int64, len(payloads))
+    offsets = np.zeros(len(payloads) + 1, np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    data = pa.py_buffer(b"".join(payloads))
+    return PlainBatch(subjects, pa.Array.from_buffers(pa.binary(), len(subjects), [None, pa.py_buffer(offsets), data]))
 
 
 def _split_records(body: bytes, subjects: list[str], data: list[bytes], headers: dict[int, bytes]) -> None:

@@ -38,7 +38,7 @@ from engine.store.files import atomic_write
 from engine.store.layout import Layout
 from engine.store.lease import OwnerLock
 from engine.store.memory import MemoryStore
-from engine.stream import DEFAULT_MAX_PAYLOAD, InboundMessage, PublishResult, Stream
+from engine.stream import DEFAULT_MAX_PAYLOAD, InboundMessage, PlainBatch, PublishAnswer, PublishResult, Stream
 from engine.subjects import is_valid_publish_subject, is_valid_subject, subject_matches, subjects_collide
 
 log = logging.getLogger(__name__)
@@ -352,6 +352,44 @@ class JetStream:
             entry.stream.lock.release()
         self._maybe_wake_flusher(entry)
         return results
+
+    def publish_batch(self, batch: PlainBatch) -> PublishAnswer:
+        """Publishes a columnar batch of messages without headers; each result as `publish` gives it.
+
+        A batch whose subjects all go to one stream goes through that stream's group commit as columns
+        (answered by an `AckRun` when every message is accepted); any other batch is published message
+        by message, with the same outcome.
+        """
+        entry = self._plain_entry(batch)
+        if entry is None:
+            return self.publish(batch.messages())
+        out: PublishAnswer = entry.commit.submit(batch)  # type: ignore[arg-type, assignment]
+        self._maybe_wake_flusher(entry)
+        return out
+
+    def publish_batch_nowait(self, batch: PlainBatch) -> PublishAnswer | None:
+        """`publish_batch` at once if that needs no waiting (as `publish_nowait`); None means "use `publish_batch`"."""
+        if self.options.sync_always:
+            return None
+        entry = self._plain_entry(batch)
+        if entry is None or not entry.stream.lock.acquire(blocking=False):
+            return None
+        try:
+            out = entry.stream.process([batch])[0]
+        finally:
+            entry.stream.lock.release()
+        self._maybe_wake_flusher(entry)
+        return out
+
+    def _plain_entry(self, batch: PlainBatch) -> _Entry | None:
+        """The one stream every subject of a batch goes to; None if there are several, none or a bad subject."""
+        found: _Entry | None = None
+        for subject in set(batch.subjects):
+            entry = self._entry_for_subject(subject) if is_valid_publish_subject(subject) else None
+            if entry is None or (found is not None and entry is not found):
+                return None
+            found = entry
+        return found
 
     def throttle(self, stream: Stream, timeout: float = 120.0) -> None:
         """Waits while the stream's unflushed log holds twice `flush_bytes`: a large upload cannot

@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pyarrow as pa
 
 from engine import errors, headers as hdr
 from engine.clock import Clock
 from engine.config import StreamConfig
 from engine.errors import JetStreamError
 from engine.index import MessageIndex, seq_ranges
-from engine.store.rows import Rows
+from engine.store.rows import RowGroup, Rows, plain_rows
 from engine.store.base import Removal, StoredMessage, StreamStore
 from engine.store.layout import partition_value
 from engine.subjects import FWC, is_valid_subject
@@ -58,6 +59,45 @@ class PubAck:
 PublishResult = PubAck | JetStreamError
 
 
+@dataclass(slots=True)
+class PlainBatch:
+    """Messages without headers as columns: a decoded binary batch with no Python object per message.
+
+    `data` is one Arrow binary array holding every payload once; it becomes the stored column as it is.
+    """
+
+    subjects: list[str]
+    data: pa.BinaryArray
+
+    def __len__(self) -> int:
+        return len(self.subjects)
+
+    def lengths(self) -> np.ndarray:
+        """Payload lengths from the array's offsets, without touching a payload."""
+        offsets = np.frombuffer(self.data.buffers()[1], np.int32, len(self.data) + 1, self.data.offset * 4)
+        return np.diff(offsets).astype(np.int64)
+
+    def messages(self) -> list[InboundMessage]:
+        """The same messages one by one, for the per-message path (checks a plain run cannot skip)."""
+        return list(map(InboundMessage, self.subjects, self.data.to_pylist()))
+
+
+@dataclass(slots=True, frozen=True)
+class AckRun:
+    """The PubAcks of a plain batch accepted whole: `count` consecutive sequences from `first_seq`."""
+
+    stream: str
+    first_seq: int
+    count: int
+
+    def results(self) -> list[PublishResult]:
+        return [PubAck(self.stream, seq) for seq in range(self.first_seq, self.first_seq + self.count)]
+
+
+PublishRequest = list[InboundMessage] | PlainBatch
+PublishAnswer = list[PublishResult] | AckRun
+
+
 def message_size(subject: str, headers_size: int, data_len: int) -> int:
     """Bytes a message counts for in `max_bytes` and the stream state (memstore's formula)."""
     return len(subject) + headers_size + data_len + STORE_OVERHEAD
@@ -76,6 +116,19 @@ class _Accepted:
         self.sizes: list[int] = []
         self.partitions: list[str] = []
         self.removed: dict[str, list[int]] = {}
+        self.groups: list[RowGroup] = []
+
+    def add_run(self, run: RowGroup) -> None:
+        """A columnar run: it follows the messages accepted so far, so they are closed into a group first."""
+        self.close()
+        self.groups.append(run)
+
+    def close(self) -> None:
+        """Turns the messages accepted one by one since the last run into a row group."""
+        if self.seqs:
+            self.groups.append(Rows(self.seqs[0], self.subjects, self.ts, self.msg_ids, self.headers, self.data, self.sizes, self.partitions))
+            self.seqs, self.subjects, self.ts, self.msg_ids = [], [], [], []
+            self.headers, self.data, self.sizes, self.partitions = [], [], [], []
 
     def remove(self, reason: str, seqs: list[int] | np.ndarray) -> None:
         if len(seqs):
@@ -135,11 +188,11 @@ class Stream:
         with self.lock:
             if self.config.first_seq and self.config.first_seq > 1:
                 self.index.skip_to(self.config.first_seq)
-                self.store.append(None, [Removal([], "first_seq", last_seq=self.index.last_seq, ts=self.clock.now_ns())])
+                self.store.append([], [Removal([], "first_seq", last_seq=self.index.last_seq, ts=self.clock.now_ns())])
 
     # -- publish ------------------------------------------------------------------------------
 
-    def process(self, groups: list[list[InboundMessage]]) -> list[list[PublishResult]]:
+    def process(self, groups: list[PublishRequest]) -> list[PublishAnswer]:
         """Checks and stores the messages of one group commit; one store append for all of them."""
         with self.lock:
             self._check_writable()
@@ -147,12 +200,7 @@ class Stream:
             accepted = _Accepted()
             self._expire(now, accepted)
             plain = self._plain_path_allowed()
-            results = [
-                self._store_plain(group, now, accepted)
-                if plain and all(m.headers is None for m in group)
-                else [self._publish_one(m, now, accepted) for m in group]
-                for group in groups
-            ]
+            results = [self._process_group(group, plain, now, accepted) for group in groups]
             try:
                 self._append(accepted, now)
             except OSError as exc:
@@ -161,6 +209,15 @@ class Stream:
             if self.config.storage == "memory":
                 self.store.forget_below(self.index.first_seq)  # type: ignore[attr-defined]
             return results
+
+    def _process_group(self, group: PublishRequest, plain: bool, now: int, acc: _Accepted) -> PublishAnswer:
+        if isinstance(group, PlainBatch):
+            if plain:
+                return self._store_columns(group, now, acc)
+            group = group.messages()
+        if plain and all(m.headers is None for m in group):
+            return self._store_plain(group, now, acc)
+        return [self._publish_one(m, now, acc) for m in group]
 
     def _check_writable(self) -> None:
         if self.deleted:
@@ -228,6 +285,55 @@ class Stream:
             kept_data.append(payload)
             results.append(PubAck(self.config.name, seq))
         return kept_subjects, kept_data, results
+
+    def _store_columns(self, batch: PlainBatch, now: int, acc: _Accepted) -> PublishAnswer:
+        """`_store_plain` for a columnar batch: the same checks and outcome, and the payload array
+        becomes the stored column (and the log record) without a Python object per message."""
+        c, ix = self.config, self.index
+        limit = self.max_payload if c.max_msg_size < 0 else min(self.max_payload, c.max_msg_size)
+        subjects, data, lengths = batch.subjects, batch.data, batch.lengths()
+        refused: list[PublishResult] | None = None
+        if len(lengths) and int(lengths.max()) > limit:
+            keep = lengths <= limit
+            refused = self._refuse_too_large(keep)
+            subjects = [s for s, k in zip(subjects, keep.tolist()) if k]
+            data, lengths = data.filter(pa.array(keep)), lengths[keep]
+        count = len(subjects)
+        first = ix.last_seq + 1
+        if count:
+            ts = max(now, ix.last_ts)
+            subject_lengths = {s: len(s) for s in set(subjects)}
+            if len(subject_lengths) == 1:
+                (subject, length), = subject_lengths.items()
+                sizes = lengths + (length + STORE_OVERHEAD)
+                subject_column = pa.repeat(pa.scalar(subject, pa.string()), count)
+                partition_column = pa.repeat(pa.scalar(partition_value(subject, c.partition_tokens), pa.string()), count)
+            else:
+                sizes = lengths + np.array([subject_lengths[s] for s in subjects], np.int64) + STORE_OVERHEAD
+                partitions = {s: partition_value(s, c.partition_tokens) for s in subject_lengths}
+                subject_column = pa.array(subjects, pa.string())
+                partition_column = pa.array([partitions[s] for s in subjects], pa.string())
+            ix.append_run(first, subjects, sizes.tolist(), ts)
+            acc.add_run(plain_rows(first, subject_column, ts, data, sizes, partition_column))
+            self.last_msg_id = None
+            if c.max_msgs_per_subject > 0:
+                for subject in subject_lengths:
+                    self._enforce_limits(subject, acc)
+            else:
+                self._enforce_limits(subjects[-1], acc)
+        return refused if refused is not None else AckRun(c.name, first, count)
+
+    def _refuse_too_large(self, keep: np.ndarray) -> list[PublishResult]:
+        """The answers of a run some of whose payloads are over the limit: those take no sequence."""
+        seq = self.index.last_seq
+        results: list[PublishResult] = []
+        for kept in keep.tolist():
+            if kept:
+                seq += 1
+                results.append(PubAck(self.config.name, seq))
+            else:
+                results.append(errors.message_too_large())
+        return results
 
     def _publish_one(self, msg: InboundMessage, now: int, acc: _Accepted) -> PublishResult:
         try:
@@ -370,10 +476,8 @@ class Stream:
         return seqs
 
     def _append(self, acc: _Accepted, now: int) -> None:
-        rows = None
-        if acc.seqs:
-            rows = Rows(acc.seqs[0], acc.subjects, acc.ts, acc.msg_ids, acc.headers, acc.data, acc.sizes, acc.partitions)
-        self.store.append(rows, self._removals(acc.removed, now))
+        acc.close()
+        self.store.append(acc.groups, self._removals(acc.removed, now))
 
     def _removals(self, removed: dict[str, list[int]], now: int, erase: bool = False) -> list[Removal]:
         return [
@@ -385,7 +489,7 @@ class Stream:
     def _record_removals(self, removed: dict[str, list[int]], now: int, erase: bool = False) -> None:
         removals = self._removals(removed, now, erase)
         if removals:
-            self.store.append(None, removals)
+            self.store.append([], removals)
 
     def _remember_msg_id(self, msg_id: str, seq: int, ts: int) -> None:
         self._msg_ids[msg_id] = (seq, ts)
@@ -575,7 +679,7 @@ class Stream:
             if len(seqs) or ix.last_seq != last_before:
                 self._record_removals({"purge": seqs.tolist()} if len(seqs) else {}, now)
                 if not len(seqs):
-                    self.store.append(None, [Removal([], "purge", False, ix.last_seq, now)])
+                    self.store.append([], [Removal([], "purge", False, ix.last_seq, now)])
             return len(seqs)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import subprocess
 import threading
 import time
@@ -11,6 +12,7 @@ import httpx
 import pytest
 from deltalake import DeltaTable
 
+from api.binary_batch import MEDIA_TYPE, encode
 from tests.gateway import JETLAKE, Gateway
 
 STREAM = "REC"
@@ -127,3 +129,63 @@ def test_second_gateway_on_the_same_warehouse_is_refused(warehouse: Path) -> Non
             assert c.get("/healthz").status_code == 200
     finally:
         gw.stop()
+
+
+def _binary_publisher(url: str, worker: int, stop: threading.Event, acked: dict[int, bytes], lock: threading.Lock) -> None:
+    """Binary batches without headers (the columnar path), 200 a request, payloads naming themselves."""
+    n = 0
+    with httpx.Client(base_url=url, timeout=5.0) as client:
+        while not stop.is_set() and n < 40_000:
+            payloads = [f"b{worker}-{n + i:08d}".encode() for i in range(200)]
+            n += len(payloads)
+            body = encode([(f"rec.{worker}", p, None) for p in payloads])
+            try:
+                answer = client.post("/v1/publish", content=body, headers={"content-type": MEDIA_TYPE})
+            except httpx.HTTPError:
+                return
+            if answer.status_code != 200:
+                return
+            with lock:
+                for payload, ack in zip(payloads, answer.json()["acks"], strict=True):
+                    acked[ack["seq"]] = payload
+
+
+def test_kill9_during_columnar_batches_loses_no_acknowledged_message(warehouse: Path) -> None:
+    gw = Gateway(warehouse, "--flush-interval", "0.4").start()
+    try:
+        with gw.client() as c:
+            assert c.post("/v1/streams", json={"name": STREAM, "subjects": ["rec.>"]}).status_code == 201
+        acked: dict[int, bytes] = {}
+        lock = threading.Lock()
+        stop = threading.Event()
+        workers = [threading.Thread(target=_binary_publisher, args=(gw.url, w, stop, acked, lock)) for w in range(3)]
+        for t in workers:
+            t.start()
+        time.sleep(1.3)
+        gw.kill9()
+        stop.set()
+        for t in workers:
+            t.join(timeout=10)
+    finally:
+        gw.stop()
+    assert len(acked) > 1000
+    _tear_log_tail(warehouse)
+
+    gw = Gateway(warehouse, "--flush-interval", "0.2").start()
+    try:
+        with gw.client() as c:
+            state = c.get(f"/v1/streams/{STREAM}").json()["state"]
+            last = state["last_seq"]
+            assert last >= max(acked) and state["messages"] == last and state["num_deleted"] == 0
+            for seq in sorted(acked)[::97]:
+                msg = c.get(f"/v1/streams/{STREAM}/messages/{seq}").json()["message"]
+                assert base64.b64decode(msg["data"]) == acked[seq]
+            fresh = c.post("/v1/publish", content=encode([("rec.0", b"fresh", None)]), headers={"content-type": MEDIA_TYPE})
+            assert fresh.json()["acks"] == [{"stream": STREAM, "seq": last + 1}]
+        _wait_flushed(warehouse, last + 1)
+    finally:
+        gw.stop()
+    table = DeltaTable(str(warehouse / "default" / "streams" / STREAM)).to_pyarrow_table(columns=["seq", "data"])
+    assert sorted(table.column("seq").to_pylist()) == list(range(1, last + 2)), "every message exactly once"
+    stored = dict(zip(table.column("seq").to_pylist(), table.column("data").to_pylist(), strict=True))
+    assert all(stored[seq] == payload for seq, payload in acked.items())

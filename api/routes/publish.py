@@ -15,7 +15,8 @@ from api import binary_batch, deps
 from api.body import parse_json, read_body
 from api.errors import error_response
 from api.responses import json_response
-from engine import InboundMessage, JetStreamError, PubAck, errors
+from engine import AckRun, InboundMessage, JetStreamError, PlainBatch, PubAck, errors
+from engine.stream import PublishResult
 from engine import headers as hdr
 
 router = APIRouter(prefix="/v1/publish")
@@ -57,6 +58,9 @@ async def publish_batch(request: Request) -> Response:
     raw = await read_body(request)
     content_type = request.headers.get("content-type", "")
     if content_type.partition(";")[0].strip().lower() == binary_batch.MEDIA_TYPE:
+        plain = binary_batch.decode_plain(raw)
+        if plain is not None:
+            return await _publish_columns(request, plain)
         messages, positions, results = _split(binary_batch.decode(raw, _headers))
     else:
         messages, positions, results = _json_messages(_parse_ndjson(raw) if "ndjson" in content_type else _parse_batch(raw))
@@ -68,6 +72,30 @@ async def publish_batch(request: Request) -> Response:
         else:
             results[pos] = {"error": ack.to_dict()} if isinstance(ack, JetStreamError) else ack.to_dict()
     return Response(orjson.dumps({"acks": results}), media_type="application/json")
+
+
+async def _publish_columns(request: Request, batch: PlainBatch) -> Response:
+    """A binary batch without headers, published as columns; a run accepted whole is answered in one join."""
+    engine = deps.engine(request)
+    answer = engine.publish_batch_nowait(batch) or await run_in_threadpool(engine.publish_batch, batch)
+    if isinstance(answer, AckRun):
+        return Response(_ack_run_json(answer), media_type="application/json")
+    return Response(orjson.dumps({"acks": [_answer(ack) for ack in answer]}), media_type="application/json")
+
+
+def _ack_run_json(run: AckRun) -> bytes:
+    """`{"acks": [{"stream": S, "seq": n}, ...]}` for consecutive seqs, as orjson would write it."""
+    if not run.count:
+        return b'{"acks":[]}'
+    prefix = '{"stream":' + orjson.dumps(run.stream).decode() + ',"seq":'
+    seqs = ("}," + prefix).join(map(str, range(run.first_seq, run.first_seq + run.count)))
+    return ('{"acks":[' + prefix + seqs + "}]}").encode()
+
+
+def _answer(ack: PublishResult) -> dict[str, Any]:
+    if type(ack) is PubAck and not ack.duplicate:
+        return {"stream": ack.stream, "seq": ack.seq}
+    return {"error": ack.to_dict()} if isinstance(ack, JetStreamError) else ack.to_dict()
 
 
 def _json_messages(items: list[Any]) -> tuple[list[InboundMessage], list[int], Slots]:

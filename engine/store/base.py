@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from engine.index import MessageIndex
 
 if TYPE_CHECKING:
-    from engine.store.rows import Rows
+    from engine.store.rows import RowGroup
 
 
 @dataclass(slots=True)
@@ -52,8 +52,9 @@ class Recovered:
 
 
 class StreamStore(Protocol):
-    def append(self, rows: Rows | None, removals: list[Removal]) -> None:
-        """Makes the accepted messages and removals durable (per the sync policy) before returning."""
+    def append(self, groups: list[RowGroup], removals: list[Removal]) -> None:
+        """Makes the accepted messages (row groups in sequence order) and removals durable (per the sync
+        policy) before returning."""
 
     def load(self, seq: int, index: MessageIndex) -> StoredMessage | None: ...
 

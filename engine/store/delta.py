@@ -28,7 +28,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, WriterPropertie
 from deltalake.exceptions import TableNotFoundError
 
 from engine.index import MessageIndex
-from engine.store.rows import KIND_ARROW, KIND_PACKED, Rows, decode, message_at
+from engine.store.rows import KIND_ARROW, KIND_PACKED, RowGroup, Rows, decode, message_at
 from engine.store.base import Recovered, Removal, StoredMessage
 from engine.store.layout import (
     PARTITION_COLUMN,
@@ -70,7 +70,7 @@ def _decode_removal(payload: bytes) -> Removal:
     return Removal([tuple(x) for x in d["ranges"]], d["reason"], d["erase"], d["last_seq"], d["ts"])
 
 
-def _to_table(groups: list[Rows]) -> pa.Table:
+def _to_table(groups: list[RowGroup]) -> pa.Table:
     """The flush's Arrow table: large groups reuse the batch their log record built."""
     batches = [g.to_arrow() for g in groups if g._arrow is not None or len(g) >= 64]
     if len(batches) == len(groups):
@@ -253,15 +253,14 @@ class DeltaStore:
 
     # -- the write path -----------------------------------------------------------------------
 
-    def append(self, rows: Rows | None, removals: list[Removal]) -> None:
-        entries: list[tuple[int, bytes | memoryview]] = []
-        if rows is not None and len(rows):
-            entries.append(rows.encode())
+    def append(self, groups: list[RowGroup], removals: list[Removal]) -> None:
+        groups = [g for g in groups if len(g)]
+        entries: list[tuple[int, bytes | memoryview]] = [g.encode() for g in groups]
         entries.extend((KIND_REMOVE, _encode_removal(r)) for r in removals)
         if not entries:
             return
         last_lsn = self.wal.append(entries)
-        if rows is not None and len(rows):
+        for rows in groups:
             self.buffer.add(rows)
             self._unflushed_bytes += rows.nbytes
         first_lsn = last_lsn - len(removals) + 1

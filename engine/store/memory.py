@@ -10,18 +10,18 @@ import bisect
 
 from engine.index import MessageIndex
 from engine.store.base import Recovered, Removal, StoredMessage
-from engine.store.rows import Rows
+from engine.store.rows import RowGroup
 
 
 class MessageBuffer:
     def __init__(self, cache_bytes: int | None = None) -> None:
         self.cache_bytes = cache_bytes
         self._firsts: list[int] = []
-        self._batches: list[Rows] = []
+        self._batches: list[RowGroup] = []
         self.nbytes = 0
         self.flushed_upto = 0
 
-    def add(self, rows: Rows) -> None:
+    def add(self, rows: RowGroup) -> None:
         self._firsts.append(rows.first_seq)
         self._batches.append(rows)
         self.nbytes += rows.nbytes
@@ -36,7 +36,7 @@ class MessageBuffer:
             return None
         return rows.message(row)
 
-    def unflushed(self) -> list[Rows]:
+    def unflushed(self) -> list[RowGroup]:
         """Row groups not yet in the table (flushes take whole groups)."""
         return self._batches[bisect.bisect_right(self._firsts, self.flushed_upto) :]
 
@@ -74,9 +74,10 @@ class MemoryStore:
     def __init__(self) -> None:
         self.buffer = MessageBuffer(cache_bytes=None)
 
-    def append(self, rows: Rows | None, removals: list[Removal]) -> None:
-        if rows is not None and len(rows):
-            self.buffer.add(rows)
+    def append(self, groups: list[RowGroup], removals: list[Removal]) -> None:
+        for rows in groups:
+            if len(rows):
+                self.buffer.add(rows)
 
     def load(self, seq: int, index: MessageIndex) -> StoredMessage | None:
         if not index.is_live(seq):

@@ -3,7 +3,9 @@
 A publish of one message must not pay Arrow's fixed cost of building a record batch (hundreds of
 microseconds), so `Rows` keeps plain Python columns, encodes small groups for the log with a compact
 struct layout and large groups as one Arrow IPC record batch, and builds its Arrow batch only once,
-when the log or the flusher needs it.
+when the log or the flusher needs it. A columnar publish (a binary batch of plain messages) arrives
+with its payloads already in an Arrow array; `ArrowRows` keeps that one batch as the log record's
+source, the read buffer and the flusher's input, so a payload is held once until the flush.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from engine.store.base import StoredMessage
 from engine.store.layout import STREAM_SCHEMA
@@ -103,6 +106,101 @@ class Rows:
         return KIND_PACKED, b"".join(parts)
 
 
+class ArrowRows:
+    """Consecutive messages held as one Arrow record batch of STREAM_SCHEMA (no Python object per message).
+
+    Same interface as `Rows` for the log, the buffer and the flusher; the Python columns a reader or
+    a replay asks for are derived on demand (small ones cached for `message`).
+    """
+
+    __slots__ = ("first_seq", "_arrow", "nbytes", "_subjects", "_ts", "_offsets")
+
+    def __init__(self, batch: pa.RecordBatch, nbytes: int | None = None) -> None:
+        self._arrow = batch
+        self.first_seq = int(batch.column(0)[0].as_py()) if batch.num_rows else 0
+        if nbytes is None:
+            nbytes = int(pc.sum(batch.column("size")).as_py() or 0) + 64 * batch.num_rows
+        self.nbytes = nbytes
+        self._subjects: list[str] | None = None
+        self._ts: list[int] | None = None
+        self._offsets: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return self._arrow.num_rows
+
+    @property
+    def last_seq(self) -> int:
+        return self.first_seq + self._arrow.num_rows - 1
+
+    @property
+    def subjects(self) -> list[str]:
+        if self._subjects is None:
+            self._subjects = self._arrow.column("subject").to_pylist()
+        return self._subjects
+
+    @property
+    def ts(self) -> list[int]:
+        if self._ts is None:
+            self._ts = (self._arrow.column("ts").cast(pa.int64()).to_numpy() * 1000).tolist()
+        return self._ts
+
+    @property
+    def msg_ids(self) -> list[str | None]:
+        return self._arrow.column("msg_id").to_pylist()  # type: ignore[no-any-return]
+
+    @property
+    def sizes(self) -> list[int]:
+        return self._arrow.column("size").to_pylist()  # type: ignore[no-any-return]
+
+    def message(self, row: int) -> StoredMessage:
+        batch = self._arrow
+        msg_id = batch.column("msg_id")[row].as_py() if batch.column("msg_id").null_count < len(batch) else None
+        headers = None
+        if batch.column("headers").null_count < len(batch):
+            headers = dict(batch.column("headers")[row].as_py() or ()) or None
+        return StoredMessage(self.subjects[row], self.first_seq + row, self.ts[row], self._payload(row), headers, msg_id)
+
+    def _payload(self, row: int) -> bytes:
+        """One payload copied out of the data buffer: no Arrow scalar, no copy of the others."""
+        data = self._arrow.column("data")
+        if self._offsets is None:
+            self._offsets = np.frombuffer(data.buffers()[1], np.int32, len(data) + 1, data.offset * 4)
+        start, end = self._offsets[row], self._offsets[row + 1]
+        if start == end or (data.null_count and not data[row].is_valid):
+            return b""
+        return memoryview(data.buffers()[2])[start:end].tobytes()
+
+    def to_arrow(self) -> pa.RecordBatch:
+        return self._arrow
+
+    def encode(self) -> tuple[int, bytes | memoryview]:
+        """The log record: the batch's Arrow IPC serialisation (read back by `decode` as any large group)."""
+        return KIND_ARROW, memoryview(self._arrow.serialize())
+
+
+RowGroup = Rows | ArrowRows
+
+
+def plain_rows(first_seq: int, subjects: pa.Array, ts_ns: int, data: pa.Array, sizes: np.ndarray, partitions: pa.Array) -> ArrowRows:
+    """A run of messages without msg id or headers, all stamped `ts_ns`, built from columns the caller
+    already holds (the payload array is used as it is, not copied)."""
+    n = len(data)
+    batch = pa.RecordBatch.from_arrays(
+        [
+            pa.array(np.arange(first_seq, first_seq + n, dtype=np.int64)),
+            subjects,
+            pa.array(np.full(n, ts_ns // 1000, np.int64), _TS_TYPE),
+            pa.nulls(n, pa.string()),
+            pa.nulls(n, _HEADERS_TYPE),
+            data,
+            pa.array(sizes.astype(np.int32, copy=False)),
+            partitions,
+        ],
+        schema=STREAM_SCHEMA,
+    )
+    return ArrowRows(batch, int(sizes.sum()) + 64 * n)
+
+
 def _nullable(values: list[str | None], type_: pa.DataType) -> pa.Array:
     """Most groups carry no msg ids: an all-null column is built without visiting Python objects."""
     if values.count(None) == len(values):
@@ -116,7 +214,7 @@ def _headers_column(headers: list[dict[str, list[str]] | None]) -> pa.Array:
     return pa.array([list(h.items()) if h else None for h in headers], _HEADERS_TYPE)
 
 
-def decode(kind: int, payload: bytes) -> Rows:
+def decode(kind: int, payload: bytes) -> RowGroup:
     if kind == KIND_ARROW:
         batch = pa.ipc.read_record_batch(pa.py_buffer(payload), STREAM_SCHEMA)
         return from_arrow(batch)
@@ -145,19 +243,9 @@ def decode(kind: int, payload: bytes) -> Rows:
     return rows
 
 
-def from_arrow(batch: pa.RecordBatch) -> Rows:
-    headers = batch.column("headers").to_pylist()
-    return Rows(
-        first_seq=batch.column("seq")[0].as_py(),
-        subjects=batch.column("subject").to_pylist(),
-        ts=[t * 1000 for t in batch.column("ts").cast(pa.int64()).to_pylist()],
-        msg_ids=batch.column("msg_id").to_pylist(),
-        headers=[dict(h) if h else None for h in headers],
-        data=batch.column("data").to_pylist(),
-        sizes=batch.column("size").to_pylist(),
-        partitions=batch.column("subject_partition").to_pylist(),
-        _arrow=batch,
-    )
+def from_arrow(batch: pa.RecordBatch) -> ArrowRows:
+    """A replayed Arrow record stays a batch: its payloads are not copied into Python bytes."""
+    return ArrowRows(batch)
 
 
 def message_at(table: pa.RecordBatch | pa.Table, row: int) -> StoredMessage:

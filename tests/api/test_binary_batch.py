@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from api.binary_batch import MEDIA_TYPE, encode
@@ -107,6 +108,8 @@ def test_empty_batch(c: httpx.Client) -> None:
 
 GOOD = record(b"bin.fine", b"payload")
 MALFORMED = {
+    "uniform records, the last cut short": b"JLB1" + GOOD * 3 + GOOD[:-2],
+    "uniform records, subject not UTF-8": b"JLB1" + record(b"bin.\xff", b"x") * 2,
     "empty body": b"",
     "wrong magic": b"JLB2" + GOOD,
     "json body": b'{"messages": []}',
@@ -131,3 +134,51 @@ def test_malformed_body_stores_nothing(c: httpx.Client, body: bytes) -> None:
     assert error["description"]
     assert state(c) == before
     assert c.get("/healthz").status_code == 200
+
+
+# -- batches without headers: the columnar path ------------------------------------------------
+
+
+def test_uniform_plain_batch_is_one_run(c: httpx.Client) -> None:
+    """Same subject and payload length in every record (a producer's usual batch): consecutive acks,
+    byte for byte the JSON the per-message answer would be, readable before and after the flush."""
+    last = state(c)["last_seq"]
+    payloads = [bytes([i % 251]) * 100 for i in range(300)]
+    resp = post(c, encode([("bin.run", p, None) for p in payloads]))
+    assert resp.status_code == 200, resp.text
+    assert resp.content == orjson.dumps({"acks": [{"stream": "BIN", "seq": last + 1 + i} for i in range(300)]})
+    assert state(c)["last_seq"] == last + 300
+    for i in (0, 150, 299):
+        message = c.get(f"/v1/streams/BIN/messages/{last + 1 + i}").json()["message"]
+        assert message["subject"] == "bin.run" and base64.b64decode(message["data"]) == payloads[i]
+        assert "headers" not in message or not message["headers"]
+
+
+def test_varied_plain_batch_with_oversize_payloads(c: httpx.Client) -> None:
+    last = state(c)["last_seq"]
+    messages = [("bin.v1", b"a"), ("bin.v2", b"b" * 129), ("bin.ü", b""), ("bin.v1", b"c" * 128), ("bin.v3", b"d" * 500)]
+    acks = post(c, encode([(s, d, None) for s, d in messages])).json()["acks"]
+    assert acks[0] == {"stream": "BIN", "seq": last + 1}
+    assert acks[1]["error"]["err_code"] == TOO_LARGE and acks[4]["error"]["err_code"] == TOO_LARGE
+    assert acks[2] == {"stream": "BIN", "seq": last + 2} and acks[3] == {"stream": "BIN", "seq": last + 3}
+    assert state(c)["last_seq"] == last + 3
+    third = c.get(f"/v1/streams/BIN/messages/{last + 3}").json()["message"]
+    assert base64.b64decode(third["data"]) == b"c" * 128
+    assert c.get(f"/v1/streams/BIN/messages/{last + 2}").json()["message"]["subject"] == "bin.ü"
+
+
+def test_plain_batch_over_two_streams_and_no_stream(c: httpx.Client) -> None:
+    assert c.post("/v1/streams", json={"name": "BIN2", "subjects": ["two.>"]}).status_code == 201
+    last = state(c)["last_seq"]
+    body = encode([("bin.x", b"1", None), ("two.y", b"2", None), ("none.z", b"3", None), ("bin.x", b"4", None)])
+    acks = post(c, body).json()["acks"]
+    assert acks[0] == {"stream": "BIN", "seq": last + 1} and acks[1] == {"stream": "BIN2", "seq": 1}
+    assert acks[2]["error"]["err_code"] == NOT_FOUND and acks[3] == {"stream": "BIN", "seq": last + 2}
+
+
+def test_plain_records_then_one_with_headers(c: httpx.Client) -> None:
+    """One record with headers sends the whole batch the per-message way: same answers."""
+    last = state(c)["last_seq"]
+    body = encode([("bin.p", b"1", None), ("bin.p", b"2", None), ("bin.p", b"3", {"Nats-Msg-Id": ["ph-1"]})])
+    assert post(c, body).json() == {"acks": [{"stream": "BIN", "seq": last + i} for i in (1, 2, 3)]}
+    assert c.get(f"/v1/streams/BIN/messages/{last + 3}").json()["message"]["headers"] == {"Nats-Msg-Id": ["ph-1"]}
