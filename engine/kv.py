@@ -41,9 +41,9 @@ MAX_HISTORY = 64
 MAX_DUPLICATE_WINDOW = 120 * NS_PER_S
 PARTITION_TOKENS = 2  # `$KV.<bucket>`: one partition per bucket, not one folder per key
 
-_BUCKET = re.compile(r"^[a-zA-Z0-9_-]+$")
-_KEY = re.compile(r"^[-/_=.a-zA-Z0-9]+$")
-_KEY_FILTER = re.compile(r"^[-/_=.a-zA-Z0-9*]*>?$")
+_BUCKET = re.compile(r"[a-zA-Z0-9_-]+")  # fullmatch: `$` would let a trailing newline through
+_KEY = re.compile(r"[-/_=.a-zA-Z0-9]+")
+_KEY_FILTER = re.compile(r"[-/_=.a-zA-Z0-9*]*>?")
 
 Publisher = Callable[[InboundMessage], PublishResult]
 
@@ -92,18 +92,18 @@ def stream_name(bucket: str) -> str:
 
 
 def check_bucket(bucket: str) -> None:
-    if not _BUCKET.match(bucket) or len(bucket) > 200:
+    if not _BUCKET.fullmatch(bucket) or len(bucket) > 200:
         raise errors.bad_request(f"invalid bucket name {bucket[:64]!r}: letters, digits, '-' and '_' only")
 
 
 def check_key(key: str) -> None:
     """nats.go's key rules: `[-/_=.a-zA-Z0-9]+`, not starting or ending with `.`, no empty token."""
-    if not _KEY.match(key) or key[0] == "." or key[-1] == "." or ".." in key:
+    if not _KEY.fullmatch(key) or key[0] == "." or key[-1] == "." or ".." in key:
         raise errors.bad_request(f"invalid key {key[:64]!r}")
 
 
 def check_key_filter(filter_: str) -> None:
-    if not filter_ or not _KEY_FILTER.match(filter_) or not is_valid_subject("$KV.b." + filter_):
+    if not filter_ or not _KEY_FILTER.fullmatch(filter_) or not is_valid_subject("$KV.b." + filter_):
         raise errors.bad_request(f"invalid key filter {filter_[:64]!r}")
 
 
@@ -274,6 +274,8 @@ class KeyValueStores:
     def destroy(self, bucket: str) -> None:
         self.stream(bucket)
         self.js.delete_stream(stream_name(bucket))
+        if self.js.notify is not None:
+            self.js.notify(stream_name(bucket))  # wakes the bucket's watches, so they end now
 
     # -- writes -------------------------------------------------------------------------------
 

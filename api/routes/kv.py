@@ -37,9 +37,17 @@ def _revision_header(request: Request, name: str) -> int | None:
     if raw is None:
         return None
     text = raw.strip().removeprefix("W/").strip('"')
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):  # str.isdigit() also takes "²", which int() refuses
         raise errors.bad_request(f"{name} must be a revision number, as N or \"N\"")
     return int(text)
+
+
+def _key(request: Request, key: str) -> str:
+    """The key as the whole rest of the path: Starlette's `{key:path}` ends its match before a trailing
+    newline (`$`), so `a%0A` would otherwise be taken as key `a`."""
+    if not request.scope["path"].endswith("/" + key):
+        raise errors.bad_request("invalid key")
+    return key
 
 
 @router.post("")
@@ -66,6 +74,7 @@ def destroy_bucket(request: Request, bucket: str) -> Response:
 
 @router.put("/{bucket}/entries/{key:path}")
 async def put(request: Request, bucket: str, key: str) -> Response:
+    key = _key(request, key)
     value = await read_body(request)
     create = request.headers.get("if-none-match", "").strip() == "*"
     last = _revision_header(request, "if-match")
@@ -83,7 +92,7 @@ async def put(request: Request, bucket: str, key: str) -> Response:
 
 @router.get("/{bucket}/entries/{key:path}")
 async def get(request: Request, bucket: str, key: str, revision: int | None = None) -> Response:
-    entry = deps.engine(request).kv.get(bucket, key, revision)
+    entry = deps.engine(request).kv.get(bucket, _key(request, key), revision)
     return Response(
         entry.value,
         media_type="application/octet-stream",
@@ -98,6 +107,7 @@ async def get(request: Request, bucket: str, key: str, revision: int | None = No
 
 @router.delete("/{bucket}/entries/{key:path}")
 async def delete(request: Request, bucket: str, key: str, purge: bool = False) -> Response:
+    key = _key(request, key)
     last = _revision_header(request, "if-match")
     kv = deps.engine(request).kv
     revision = await run_in_threadpool(lambda: kv.delete(bucket, key, purge=purge, last_revision=last))
@@ -106,7 +116,7 @@ async def delete(request: Request, bucket: str, key: str, purge: bool = False) -
 
 @router.get("/{bucket}/history/{key:path}")
 def history(request: Request, bucket: str, key: str) -> Response:
-    return json_response({"entries": [e.to_json() for e in deps.engine(request).kv.history(bucket, key)]})
+    return json_response({"entries": [e.to_json() for e in deps.engine(request).kv.history(bucket, _key(request, key))]})
 
 
 @router.get("/{bucket}/keys")
