@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from engine import errors
+from engine.ack_events import ACK, DELIVER, EXHAUSTED, NAK, TERM, WPI, AckEvent, AckEvents
 from engine.consumer_config import ConsumerConfig, filters
 from engine.info import parse_rfc3339, rfc3339
 from engine.index import MessageIndex
@@ -28,7 +29,6 @@ from engine.subjects import any_match
 if TYPE_CHECKING:
     from engine.stream import Stream
 
-DELIVER, ACK, NAK, WPI, TERM, EXHAUSTED = "deliver", "ack", "nak", "wpi", "term", "max_deliver"
 ACK_KINDS = {"ack": ACK, "nak": NAK, "wpi": WPI, "term": TERM}
 SCAN_WINDOW = 4096
 STORE_OVERHEAD = 16  # engine.stream's per-message overhead in the index's sizes
@@ -37,16 +37,6 @@ STORE_OVERHEAD = 16  # engine.stream's per-message overhead in the index's sizes
 def message_bytes(index: MessageIndex, seq: int) -> int:
     """What a message counts for in a pull's `max_bytes`: subject, headers and data."""
     return index.size_of(seq) - STORE_OVERHEAD
-
-
-@dataclass(slots=True)
-class AckEvent:
-    kind: str
-    stream_seq: int
-    consumer_seq: int = 0
-    count: int = 0
-    ts: int = 0
-    delay: int = 0
 
 
 @dataclass(slots=True)
@@ -98,6 +88,7 @@ class Consumer:
         self.filters = filters(config)
         self.state = ConsumerState(next_seq=1)
         self._due: list[tuple[int, int]] = []  # (deadline, stream_seq), lazily invalidated
+        self._due_bound = (0, 0)  # at least every entry of _due: a run above it may be appended as is
         self._redeliver: list[int] = []  # stream seqs due for redelivery, a heap
         self._queued: set[int] = set()
         self._pending_order: list[int] = []  # heap of pending stream seqs, lazily pruned
@@ -147,17 +138,55 @@ class Consumer:
 
     # -- delivery -----------------------------------------------------------------------------
 
-    def fetch(self, batch: int, max_bytes: int, now: int) -> tuple[list[Delivery], list[AckEvent]]:
-        """Up to `batch` messages: redeliveries first, then new ones; nothing past `max_ack_pending`."""
+    def fetch(self, batch: int, max_bytes: int, now: int) -> tuple[list[Delivery], AckEvents]:
+        """Up to `batch` messages: redeliveries first, then new ones; nothing past `max_ack_pending`.
+
+        The new messages, the bulk of a busy pull, are applied as one block (`_deliver_new`), leaving
+        exactly the state that one DELIVER event at a time would leave.
+        """
         self.last_activity = now
         self.budget_exhausted = False
         events: list[AckEvent] = []
         self._collect_due(now, events)
-        picks: list[tuple[int, int]] = []  # (stream_seq, deliveries so far)
         budget = max_bytes if max_bytes > 0 else None
+        again, budget = self._pick_redeliveries(batch, budget)
+        new = self._pick_new(batch - len(again), budget, max_bytes, bool(again)) if len(again) < batch else []
+        ix = self.stream.index
+        wanted = sorted([s for s, _ in again] + new) if again else new
+        loaded = self.stream.store.load_many(wanted, ix) if wanted else {}
+        if len(loaded) < len(wanted):
+            new = [s for s in new if s in loaded]
+        remaining = self.num_pending_after(new)
+        deliveries: list[Delivery] = []
+        for seq, count in again:
+            msg = loaded.get(seq)
+            if msg is None:
+                self._drop_pending(seq)
+                continue
+            event = AckEvent(DELIVER, seq, self.state.delivered_consumer_seq + 1, count + 1, now)
+            self.apply(event)
+            events.append(event)
+            deliveries.append(
+                Delivery(msg, event.consumer_seq, event.count, remaining + len(new), self.token(seq, event), message_bytes(ix, seq))
+            )
+        block = self._deliver_new(new, now)
+        if new:
+            n, first, prefix = len(new), int(block.consumer_seq[0]), self.consumer_id
+            sizes = (ix.sizes_of(block.stream_seq) - STORE_OVERHEAD).tolist()
+            deliveries += [
+                Delivery(loaded[s], first + i, 1, remaining + n - 1 - i, f"{prefix}.{s}.{first + i}.1", sizes[i])
+                for i, s in enumerate(new)
+            ]
+        return deliveries, AckEvents.concat([AckEvents.of(events), block])
+
+    def _pick_redeliveries(self, batch: int, budget: int | None) -> tuple[list[tuple[int, int]], int | None]:
+        """(stream_seq, deliveries so far) of due redeliveries, and what is left of the byte budget."""
+        picks: list[tuple[int, int]] = []
         ix = self.stream.index
         while len(picks) < batch and self._redeliver:
             seq = heapq.heappop(self._redeliver)
+            if seq not in self._queued:  # redelivered since it was queued (a replayed nak, then its delivery)
+                continue
             self._queued.discard(seq)
             if seq not in self.state.pending:
                 continue
@@ -171,35 +200,54 @@ class Consumer:
             if budget is not None:
                 budget -= message_bytes(ix, seq)
             picks.append((seq, self.state.deliveries.get(seq, 1)))
-        if len(picks) < batch:
-            for seq in self._new_seqs(batch - len(picks)):
-                if budget is not None and message_bytes(ix, seq) > budget:
-                    if not picks and budget == max_bytes:
-                        raise errors.JetStreamError(409, errors.ErrorCode.BAD_REQUEST, "Message Size Exceeds MaxBytes")
-                    self.budget_exhausted = True
-                    break
-                if budget is not None:
-                    budget -= message_bytes(ix, seq)
-                picks.append((seq, 0))
-        loaded = self.stream.store.load_many(sorted(s for s, _ in picks), ix) if picks else {}
-        deliveries: list[Delivery] = []
-        remaining = self.num_pending_after([s for s, c in picks if c == 0 and s in loaded])
-        new_after = sum(1 for s, c in picks if c == 0 and s in loaded)
-        for seq, count in picks:
-            msg = loaded.get(seq)
-            if msg is None:
-                if count:
-                    self._drop_pending(seq)
-                continue
-            if count == 0:
-                new_after -= 1
-            event = AckEvent(DELIVER, seq, self.state.delivered_consumer_seq + 1, count + 1, now)
-            self.apply(event)
-            events.append(event)
-            deliveries.append(
-                Delivery(msg, event.consumer_seq, event.count, remaining + new_after, self.token(seq, event), message_bytes(ix, seq))
-            )
-        return deliveries, events
+        return picks, budget
+
+    def _pick_new(self, limit: int, budget: int | None, max_bytes: int, have_picks: bool) -> list[int]:
+        """New sequences to deliver, within the byte budget; a first message over `max_bytes` is a 409."""
+        seqs = self._new_seqs(limit)
+        if budget is None:
+            return seqs
+        ix = self.stream.index
+        out: list[int] = []
+        for seq in seqs:
+            size = message_bytes(ix, seq)
+            if size > budget:
+                if not have_picks and not out and budget == max_bytes:
+                    raise errors.JetStreamError(409, errors.ErrorCode.BAD_REQUEST, "Message Size Exceeds MaxBytes")
+                self.budget_exhausted = True
+                break
+            budget -= size
+            out.append(seq)
+        return out
+
+    def _deliver_new(self, seqs: list[int], now: int) -> AckEvents:
+        """DELIVER events (first deliveries) of ascending new sequences, applied as one block."""
+        st = self.state
+        if not seqs:
+            return AckEvents.empty()
+        first = st.delivered_consumer_seq + 1
+        block = AckEvents.uniform(DELIVER, np.array(seqs, np.int64), now, first_consumer_seq=first, count=1)
+        if st.last_per_subject or seqs[0] < st.next_seq:
+            for event in block.to_list():
+                self.apply(event)
+            return block
+        n, last = len(seqs), first + len(seqs) - 1
+        self.events_since_snapshot += n
+        st.delivered_consumer_seq = max(st.delivered_consumer_seq, last)
+        st.delivered_stream_seq = max(st.delivered_stream_seq, seqs[-1])
+        st.last_delivered_at = now
+        st.next_seq = seqs[-1] + 1
+        if self.ack_none:
+            st.ack_floor_consumer_seq, st.ack_floor_stream_seq = st.delivered_consumer_seq, st.delivered_stream_seq
+            self.acked += seqs
+            return block
+        deadline = now + self.ack_wait_for(1)
+        st.pending.update(zip(seqs, [Pending(c, now, deadline) for c in range(first, last + 1)]))
+        st.deliveries.update(dict.fromkeys(seqs, 1))
+        # Every pending sequence is below next_seq, so these sort after the whole heap: appending keeps its order.
+        self._pending_order += seqs
+        self._push_due_run(deadline, seqs)
+        return block
 
     def _new_seqs(self, limit: int) -> list[int]:
         if not self.ack_none and self.config.max_ack_pending > 0:
@@ -218,7 +266,7 @@ class Consumer:
         while len(out) < limit and start <= ix.last_seq:
             window = max(SCAN_WINDOW, limit * 4)
             found = ix.live_seqs(self.filters or None, start=start, stop=start + window)
-            out.extend(int(s) for s in found[: limit - len(out)])
+            out += found[: limit - len(out)].tolist()
             start += window
         return out
 
@@ -243,15 +291,57 @@ class Consumer:
         if delay < 0:
             raise errors.bad_request("a nak delay must not be negative")
         if seq not in self.state.pending:
-            if self.config.ack_policy == "all" and kind in ("ack", "term") and self._acks_pending_below(seq):
-                pass
-            elif seq <= self.state.delivered_stream_seq and seq > 0:
-                raise errors.bad_request(f"message {seq} is not pending acknowledgement (already acknowledged)")
-            else:
-                raise errors.bad_request(f"message {seq} was not delivered to this consumer")
+            if not (self.config.ack_policy == "all" and kind in ("ack", "term") and self._acks_pending_below(seq)):
+                raise self._not_pending(seq)
         event = AckEvent(ACK_KINDS[kind], seq, 0, 0, now, delay)
         self.apply(event)
         return [event]
+
+    def _not_pending(self, seq: int) -> errors.JetStreamError:
+        if 0 < seq <= self.state.delivered_stream_seq:
+            return errors.bad_request(f"message {seq} is not pending acknowledgement (already acknowledged)")
+        return errors.bad_request(f"message {seq} was not delivered to this consumer")
+
+    def ack_many(self, seqs: list[int], kind: str, delay: int, now: int) -> tuple[list[errors.JetStreamError | None], AckEvents]:
+        """Acks of one kind for stream sequences, in order: one result per sequence, the events as a block.
+
+        Acks and terms of an explicit-ack consumer, the bulk of ack traffic, are applied in one loop
+        without an event object each (the same state as `ack` one at a time: the ack floor moves as
+        nats-server's processAckMsg moves it); anything else goes through `ack` one by one.
+        """
+        if kind not in ("ack", "term") or self.config.ack_policy != "explicit" or delay < 0:
+            results: list[errors.JetStreamError | None] = []
+            events: list[AckEvent] = []
+            for seq in seqs:
+                try:
+                    events += self.ack(seq, kind, delay, now)
+                    results.append(None)
+                except errors.JetStreamError as exc:
+                    results.append(exc)
+            return results, AckEvents.of(events)
+        self.last_activity = now
+        st = self.state
+        pending, deliveries = st.pending, st.deliveries
+        results = [None] * len(seqs)
+        done: list[int] = []
+        for i, seq in enumerate(seqs):
+            p = pending.pop(seq, None)
+            if p is None:
+                results[i] = self._not_pending(seq)
+                continue
+            deliveries.pop(seq, None)
+            done.append(seq)
+            if not pending:
+                st.ack_floor_consumer_seq, st.ack_floor_stream_seq = st.delivered_consumer_seq, st.delivered_stream_seq
+            elif p.consumer_seq == st.ack_floor_consumer_seq + 1:
+                low = self._lowest_pending()
+                st.ack_floor_stream_seq = low - 1
+                st.ack_floor_consumer_seq = pending[low].consumer_seq - 1
+        if done:
+            st.last_acked_at = now
+            self.events_since_snapshot += len(done)
+            self.acked += done
+        return results, AckEvents.uniform(ACK_KINDS[kind], np.array(done, np.int64), now, delay=delay)
 
     def _acks_pending_below(self, seq: int) -> bool:
         return any(s <= seq for s in self.state.pending)
@@ -324,13 +414,14 @@ class Consumer:
                 return
             deadline = e.ts + self.ack_wait_for(e.count)
             earlier = st.pending.get(e.stream_seq)
+            self._queued.discard(e.stream_seq)
             # A redelivery keeps the first delivery's consumer sequence, as nats-server's trackPending does.
             first_cseq = earlier.consumer_seq if earlier is not None else e.consumer_seq
             st.pending[e.stream_seq] = Pending(first_cseq, e.ts, deadline)
             if earlier is None:
                 heapq.heappush(self._pending_order, e.stream_seq)
             st.deliveries[e.stream_seq] = e.count
-            heapq.heappush(self._due, (deadline, e.stream_seq))
+            self._push_due(deadline, e.stream_seq)
         elif e.kind in (ACK, TERM):
             st.last_acked_at = e.ts
             if self.config.ack_policy == "all":
@@ -344,17 +435,31 @@ class Consumer:
             if pending is not None:
                 pending.deadline = e.ts + e.delay
                 if e.delay:
-                    heapq.heappush(self._due, (pending.deadline, e.stream_seq))
+                    self._push_due(pending.deadline, e.stream_seq)
                 else:
                     self._queue_redelivery(e.stream_seq)
         elif e.kind == WPI:
             pending = st.pending.get(e.stream_seq)
             if pending is not None:
                 pending.deadline = e.ts + self.ack_wait_for(st.deliveries.get(e.stream_seq, 1))
-                heapq.heappush(self._due, (pending.deadline, e.stream_seq))
+                self._push_due(pending.deadline, e.stream_seq)
         elif e.kind == EXHAUSTED:
             st.exhausted.add(e.stream_seq)
             self._drop_pending(e.stream_seq)
+
+    def _push_due(self, deadline: int, seq: int) -> None:
+        heapq.heappush(self._due, (deadline, seq))
+        self._due_bound = max(self._due_bound, (deadline, seq))
+
+    def _push_due_run(self, deadline: int, seqs: list[int]) -> None:
+        """One deadline for ascending sequences (a pull's new deliveries). They usually sort after
+        every queued deadline (one ack_wait, time moving on): then appending them keeps the heap."""
+        if not self._due or (deadline, seqs[0]) >= self._due_bound:
+            self._due += [(deadline, s) for s in seqs]
+            self._due_bound = (deadline, seqs[-1])
+            return
+        for seq in seqs:
+            self._push_due(deadline, seq)
 
     def _drop_pending(self, seq: int) -> bool:
         """Takes `seq` out of pending and moves the ack floor as nats-server's processAckMsg does."""
@@ -443,6 +548,7 @@ class Consumer:
         self.state = st
         self._due = [(p.deadline, s) for s, p in st.pending.items()]
         heapq.heapify(self._due)
+        self._due_bound = max(self._due, default=(0, 0))
         self._redeliver = []
         self._queued = set()
         self._pending_order = list(st.pending)

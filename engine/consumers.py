@@ -24,9 +24,10 @@ import orjson
 
 from engine import errors
 from engine.clock import Clock
-from engine.consumer import AckEvent, Consumer, Delivery
+from engine.ack_events import AckEvent, AckEvents
+from engine.consumer import Consumer, Delivery
 from engine.consumer_config import ConsumerConfig, check_consumer_config, check_consumer_update, parse_consumer_config
-from engine.store.acks import SNAPSHOT, AckStore, EventRow
+from engine.store.acks import SNAPSHOT, AckStore, EventBlock, EventRow, LogItem
 from engine.store.files import atomic_write
 from engine.store.layout import Layout, file_name
 
@@ -168,34 +169,86 @@ class Consumers:
     def fetch(self, stream: Stream, name: str, batch: int, max_bytes: int = 0) -> list[Delivery]:
         """What a pull gets now (maybe nothing); the deliveries are logged before they are returned."""
         with stream.lock:
-            consumer = self.get(stream, name)
-            stream.expire_now()
-            deliveries, events = consumer.fetch(batch, max_bytes, self.clock.now_ns())
-            rows = self._rows(consumer, events)
-            self._retain(stream, consumer)
-        self.acks.append(rows)
+            deliveries, logged = self._fetch_locked(stream, name, batch, max_bytes)
+        self.acks.append(logged)
         return deliveries
+
+    def fetch_nowait(self, stream: Stream, name: str, batch: int, max_bytes: int = 0) -> list[Delivery] | None:
+        """`fetch` when it needs no waiting: the stream's lock free, no ack-log write under way and no
+        fsync to wait for (`--sync always`). Lets an event loop serve a pull without a thread
+        hand-off; None means "call `fetch`". The deliveries are logged before they are returned."""
+        if not self._can_log_now() or not stream.lock.acquire(blocking=False):
+            return None
+        try:
+            deliveries, logged = self._fetch_locked(stream, name, batch, max_bytes)
+        finally:
+            stream.lock.release()
+        self.acks.append(logged)
+        return deliveries
+
+    def _fetch_locked(self, stream: Stream, name: str, batch: int, max_bytes: int) -> tuple[list[Delivery], list[LogItem]]:
+        consumer = self.get(stream, name)
+        stream.expire_now()
+        deliveries, events = consumer.fetch(batch, max_bytes, self.clock.now_ns())
+        logged = self._log_items(consumer, events)
+        self._retain(stream, consumer)
+        return deliveries, logged
 
     def ack(self, stream: Stream, name: str, acks: list[tuple[str | int, str, int]]) -> list[errors.JetStreamError | None]:
         """Applies acks given by token or stream sequence; one result per ack, logged before returning."""
-        results: list[errors.JetStreamError | None] = []
-        rows: list[EventRow] = []
         with stream.lock:
-            consumer = self.get(stream, name)
-            for ref, kind, delay in acks:
+            results, logged = self._ack_locked(stream, name, acks)
+        self._acked(stream, acks, logged)
+        return results
+
+    def ack_nowait(
+        self, stream: Stream, name: str, acks: list[tuple[str | int, str, int]]
+    ) -> list[errors.JetStreamError | None] | None:
+        """`ack` when it needs no waiting (as `fetch_nowait`); None means "call `ack`"."""
+        if not self._can_log_now() or not stream.lock.acquire(blocking=False):
+            return None
+        try:
+            results, logged = self._ack_locked(stream, name, acks)
+        finally:
+            stream.lock.release()
+        self._acked(stream, acks, logged)
+        return results
+
+    def _can_log_now(self) -> bool:
+        return not self.acks.sync_always and self.acks.idle
+
+    def _ack_locked(
+        self, stream: Stream, name: str, acks: list[tuple[str | int, str, int]]
+    ) -> tuple[list[errors.JetStreamError | None], list[LogItem]]:
+        """Runs of acks of one kind and delay go to the consumer together (`Consumer.ack_many`)."""
+        consumer = self.get(stream, name)
+        now = self.clock.now_ns()
+        results: list[errors.JetStreamError | None] = [None] * len(acks)
+        blocks: list[AckEvents] = []
+        i = 0
+        while i < len(acks):
+            _, kind, delay = acks[i]
+            seqs: list[int] = []
+            where: list[int] = []
+            while i < len(acks) and acks[i][1] == kind and acks[i][2] == delay:
+                ref = acks[i][0]
                 try:
-                    seq = self._resolve(consumer, ref)
-                    events = consumer.ack(seq, kind, delay, self.clock.now_ns())
+                    seqs.append(ref if type(ref) is int else self._resolve(consumer, ref))
+                    where.append(i)
                 except errors.JetStreamError as exc:
-                    results.append(exc)
-                    continue
-                rows += self._rows(consumer, events)
-                results.append(None)
-            self._retain(stream, consumer)
-        self.acks.append(rows)
+                    results[i] = exc
+                i += 1
+            outcome, events = consumer.ack_many(seqs, kind, delay, now)
+            for at, result in zip(where, outcome, strict=True):
+                results[at] = result
+            blocks.append(events)
+        self._retain(stream, consumer)
+        return results, self._log_items(consumer, AckEvents.concat(blocks))
+
+    def _acked(self, stream: Stream, acks: list[tuple[str | int, str, int]], logged: list[LogItem]) -> None:
+        self.acks.append(logged)
         if any(kind == "nak" for _, kind, _ in acks):
             self._notify(stream)
-        return results
 
     def _resolve(self, consumer: Consumer, ref: str | int) -> int:
         """The stream sequence an ack names: a sequence, or a token `<consumer id>.<seq>.<cseq>.<count>`."""
@@ -209,10 +262,10 @@ class Consumers:
             raise errors.bad_request("the ack token belongs to another consumer")
         return int(parts[0])
 
-    def _rows(self, consumer: Consumer, events: list[AckEvent]) -> list[EventRow]:
-        if consumer.stream.config.storage == "memory":
+    def _log_items(self, consumer: Consumer, events: AckEvents) -> list[LogItem]:
+        if consumer.stream.config.storage == "memory" or not len(events):
             return []
-        return [EventRow(consumer.stream.name, consumer.name, consumer.consumer_id, e) for e in events]
+        return [EventBlock(consumer.stream.name, consumer.name, consumer.consumer_id, events)]
 
     # -- retention ----------------------------------------------------------------------------
 
@@ -258,7 +311,7 @@ class Consumers:
         """Removes inactive consumers and writes snapshots of busy ones."""
         now = self.clock.now_ns()
         for stream in streams:
-            rows: list[EventRow] = []
+            rows: list[LogItem] = []
             with stream.lock:
                 for consumer in list(stream.consumers.values()):
                     threshold = consumer.config.inactive_threshold
@@ -266,7 +319,7 @@ class Consumers:
                         log.info("removing consumer %s > %s after %.1fs inactive", stream.name, consumer.name, threshold / 1e9)
                         self._remove(stream, consumer)
                         continue
-                    rows += self._rows(consumer, consumer.tick(now))
+                    rows += self._log_items(consumer, AckEvents.of(consumer.tick(now)))
                     if consumer.events_since_snapshot >= SNAPSHOT_EVERY and stream.config.storage == "file":
                         rows.append(self.snapshot_row(consumer, now))
             self.acks.append(rows)

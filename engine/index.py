@@ -276,6 +276,12 @@ class MessageIndex:
     def subject_of(self, seq: int) -> str:
         return self.subjects[int(self._sid[seq - self.base])]
 
+    def subjects_among(self, seqs: np.ndarray) -> list[str]:
+        """The distinct subjects of live `seqs`, vectorised (a read window's partitions)."""
+        if not len(seqs):
+            return []
+        return [self.subjects[int(sid)] for sid in np.unique(self._sid[seqs - self.base])]
+
     def ts_of(self, seq: int) -> int:
         return int(self._ts[seq - self.base])
 

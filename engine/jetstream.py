@@ -441,8 +441,16 @@ class JetStream:
     def fetch(self, stream: str, consumer: str, batch: int, max_bytes: int = 0) -> list[Delivery]:
         return self.consumers.fetch(self._stream(stream), consumer, batch, max_bytes)
 
+    def fetch_nowait(self, stream: str, consumer: str, batch: int, max_bytes: int = 0) -> list[Delivery] | None:
+        """`fetch` if it needs no waiting (see Consumers.fetch_nowait); None means "use `fetch`"."""
+        return self.consumers.fetch_nowait(self._stream(stream), consumer, batch, max_bytes)
+
     def ack(self, stream: str, consumer: str, acks: list[tuple[str | int, str, int]]) -> list[JetStreamError | None]:
         return self.consumers.ack(self._stream(stream), consumer, acks)
+
+    def ack_nowait(self, stream: str, consumer: str, acks: list[tuple[str | int, str, int]]) -> list[JetStreamError | None] | None:
+        """`ack` if it needs no waiting; None means "use `ack`"."""
+        return self.consumers.ack_nowait(self._stream(stream), consumer, acks)
 
     # -- the flusher --------------------------------------------------------------------------
 

@@ -37,6 +37,11 @@ class GroupCommit(Generic[In, Out]):
         self.rounds = 0
         self.requests = 0
 
+    @property
+    def idle(self) -> bool:
+        """No round under way or queued: a hint (racy by nature) that `submit` now would lead at once."""
+        return not self._leading and not self._queue
+
     def submit(self, items: list[In]) -> list[Out]:
         request: _Request[In, Out] = _Request(items)
         with self._cv:

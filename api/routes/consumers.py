@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from api import deps
+from api import delivered_batch, deps
 from api.body import json_object
 from api.responses import json_response
 from engine import JetStream, JetStreamError, errors
@@ -115,7 +115,7 @@ async def next_messages(request: Request, stream: str, consumer: str) -> Respons
     try:
         while True:
             try:
-                batch = await run_in_threadpool(engine.fetch, stream, consumer, pull.batch - len(got), budget)
+                batch = await _fetch(engine, stream, consumer, pull.batch - len(got), budget)
             except JetStreamError:
                 if got:
                     break
@@ -134,7 +134,17 @@ async def next_messages(request: Request, stream: str, consumer: str) -> Respons
     finally:
         target.waiting -= 1
     headers_only = bool(config.get("headers_only"))
+    if delivered_batch.wants_binary(request.headers.get("accept", "")):
+        return Response(delivered_batch.encode(got, headers_only), media_type=delivered_batch.MEDIA_TYPE)
     return Response(orjson.dumps({"messages": [delivered_json(d, headers_only) for d in got]}), media_type="application/json")
+
+
+async def _fetch(engine: JetStream, stream: str, consumer: str, batch: int, max_bytes: int) -> list[Delivery]:
+    """On the event loop when the engine needs no waiting, else in a worker thread."""
+    got = engine.fetch_nowait(stream, consumer, batch, max_bytes)
+    if got is None:
+        got = await run_in_threadpool(engine.fetch, stream, consumer, batch, max_bytes)
+    return got
 
 
 def _redelivery_wait(target: Any) -> float:
@@ -149,21 +159,69 @@ async def ack(request: Request, stream: str, consumer: str) -> Response:
     body = await json_object(request)
     items = body.get("acks")
     if set(body) != {"acks"} or not isinstance(items, list) or not items:
-        raise errors.bad_request('an ack body is {"acks": [{"token" or "seq", "type", "delay"?}]}')
-    parsed: list[tuple[str | int, str, int]] = []
-    bad: dict[int, JetStreamError] = {}
-    for i, item in enumerate(items):
+        raise errors.bad_request('an ack body is {"acks": [{"token" or "seq" or "seqs", "type", "delay"?}]}')
+    flat, spans = _flatten_acks(items)
+    engine = deps.engine(request)
+    results: list[JetStreamError | None] = []
+    if flat:
+        found = engine.ack_nowait(stream, consumer, flat)
+        results = found if found is not None else await run_in_threadpool(engine.ack, stream, consumer, flat)
+    return json_response({"results": [_ack_result(span, flat, results) for span in spans]})
+
+
+Span = tuple[int, int, bool] | JetStreamError  # (first, end) in the flat list and whether it is a `seqs` item, or its error
+
+
+def _flatten_acks(items: list[Any]) -> tuple[list[tuple[str | int, str, int]], list[Span]]:
+    """Every ack the items name, in order, and where each item's acks are.
+
+    A malformed `seqs` item refuses the whole request (400, nothing applied); other malformed items
+    are reported in their own result, as before the `seqs` form existed.
+    """
+    flat: list[tuple[str | int, str, int]] = []
+    spans: list[Span] = []
+    for item in items:
+        if isinstance(item, dict) and "seqs" in item:
+            seqs, kind, delay = _seqs_item(item)
+            spans.append((len(flat), len(flat) + len(seqs), True))
+            flat += [(seq, kind, delay) for seq in seqs]
+            continue
         try:
-            parsed.append(_ack_item(item))
+            flat.append(_ack_item(item))
+            spans.append((len(flat) - 1, len(flat), False))
         except JetStreamError as exc:
-            bad[i] = exc
-    results = await run_in_threadpool(deps.engine(request).ack, stream, consumer, parsed) if parsed else []
-    out: list[dict[str, Any]] = []
-    it = iter(results)
-    for i in range(len(items)):
-        err = bad.get(i) or next(it)
-        out.append({"ok": True} if err is None else {"error": err.to_dict()})
-    return json_response({"results": out})
+            spans.append(exc)
+    return flat, spans
+
+
+def _ack_result(span: Span, flat: list[tuple[str | int, str, int]], results: list[JetStreamError | None]) -> dict[str, Any]:
+    if isinstance(span, JetStreamError):
+        return {"error": span.to_dict()}
+    first, end, many = span
+    if not many:
+        err = results[first]
+        return {"ok": True} if err is None else {"error": err.to_dict()}
+    failed = [(first + i, err) for i, err in enumerate(results[first:end]) if err is not None]
+    if not failed:
+        return {"ok": True}
+    summary = errors.bad_request(f"{len(failed)} of {end - first} sequences failed")
+    return {"error": summary.to_dict(), "failed": [{"seq": flat[at][0], "error": err.to_dict()} for at, err in failed]}
+
+
+def _seqs_item(item: dict[str, Any]) -> tuple[list[int], str, int]:
+    """`{"seqs": [stream sequences], "type"?, "delay"?}`: one ack type for many sequences."""
+    if not set(item) <= {"seqs", "type", "delay"}:
+        raise errors.bad_request("a seqs ack is {seqs, type?, delay?}")
+    seqs = item["seqs"]
+    if not isinstance(seqs, list) or not seqs or not all(type(s) is int and s > 0 for s in seqs):
+        raise errors.bad_request("seqs must be a non-empty list of positive integers")
+    kind = item.get("type", "ack")
+    if kind not in ("ack", "nak", "wpi", "term"):
+        raise errors.bad_request("type must be one of ack, nak, wpi, term")
+    delay = item.get("delay", 0)
+    if type(delay) is not int or delay < 0:
+        raise errors.bad_request("delay must be a non-negative integer of nanoseconds")
+    return seqs, kind, delay
 
 
 def _ack_item(item: Any) -> tuple[str | int, str, int]:

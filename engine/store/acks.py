@@ -14,13 +14,14 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
-from engine.consumer import AckEvent
+from engine.ack_events import AckEvent, AckEvents
 from engine.pipeline import GroupCommit
 from engine.store.delta import ensure_table
 from engine.store.layout import ACK_SCHEMA, ACK_TABLE_PROPERTIES, Layout
@@ -45,6 +46,22 @@ class EventRow:
     state: str | None = None
 
 
+@dataclass(slots=True)
+class EventBlock:
+    """One consumer's events of one request (a pull's deliveries, an ack request's acks), in columns."""
+
+    stream: str
+    consumer: str
+    consumer_id: str
+    events: AckEvents
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+
+LogItem = EventRow | EventBlock
+
+
 @dataclass
 class ConsumerHistory:
     """What recovery hands a consumer: its latest snapshot and the events after it, in order."""
@@ -53,26 +70,59 @@ class ConsumerHistory:
     events: list[AckEvent] = field(default_factory=list)
 
 
-def _batch(rows: list[EventRow], first_event_seq: int) -> pa.RecordBatch:
-    ts_type = ACK_SCHEMA.field("ts").type
+_INT_COLUMNS = ("stream_seq", "consumer_seq", "count", "ts", "delay")
+
+
+def _batch(items: list[LogItem], first_event_seq: int) -> pa.RecordBatch:
+    """The log record and table rows of `items`: a block's names are one repeated value, its numbers
+    arrays, so a block of 500 events costs a few Arrow calls, not 500 rows of Python values."""
+    strings: list[list[str]] = [[], [], [], []]  # stream, consumer, consumer_id, kind
+    numbers: list[AckEvents] = []
+    extra: list[list[object]] = [[], [], []]  # delivered_stream_seq, ack_floor_stream_seq, state: snapshots only
+    for item in items:
+        if isinstance(item, EventBlock):
+            events, n = item.events, len(item.events)
+            extra_values: tuple[object, object, object] = (None, None, None)
+        else:
+            events, n = AckEvents.of([item.event]), 1
+            extra_values = (item.delivered_stream_seq, item.ack_floor_stream_seq, item.state)
+        for column, value in zip(strings, (item.stream, item.consumer, item.consumer_id), strict=False):
+            column += [value] * n
+        strings[3] += events.kind
+        numbers.append(events)
+        for column, value in zip(extra, extra_values, strict=True):
+            column += [value] * n
+    events = AckEvents.concat(numbers)
+    rows = len(events)
+    ts_us = np.ascontiguousarray(events.ts // 1000, np.int64)
     return pa.RecordBatch.from_arrays(
         [
-            pa.array(range(first_event_seq, first_event_seq + len(rows)), pa.int64()),
-            pa.array([r.stream for r in rows], pa.string()),
-            pa.array([r.consumer for r in rows], pa.string()),
-            pa.array([r.consumer_id for r in rows], pa.string()),
-            pa.array([r.event.kind for r in rows], pa.string()),
-            pa.array([r.event.stream_seq for r in rows], pa.int64()),
-            pa.array([r.event.consumer_seq for r in rows], pa.int64()),
-            pa.array([r.event.count for r in rows], pa.int32()),
-            pa.array([r.event.ts // 1000 for r in rows], pa.int64()).cast(ts_type),
-            pa.array([r.event.delay for r in rows], pa.int64()),
-            pa.array([r.delivered_stream_seq for r in rows], pa.int64()),
-            pa.array([r.ack_floor_stream_seq for r in rows], pa.int64()),
-            pa.array([r.state for r in rows], pa.string()),
+            pa.array(np.arange(first_event_seq, first_event_seq + rows, dtype=np.int64)),
+            *(_strings(column) for column in strings),
+            pa.array(events.stream_seq, pa.int64()),
+            pa.array(events.consumer_seq, pa.int64()),
+            pa.array(events.count.astype(np.int32), pa.int32()),
+            pa.Array.from_buffers(ACK_SCHEMA.field("ts").type, rows, [None, pa.py_buffer(ts_us)]),
+            pa.array(events.delay, pa.int64()),
+            _nullable(extra[0], pa.int64()),
+            _nullable(extra[1], pa.int64()),
+            _nullable(extra[2], pa.string()),
         ],
         schema=ACK_SCHEMA,
     )
+
+
+def _strings(values: list[str]) -> pa.Array:
+    """A string column; one value repeated (a block's stream, consumer, kind) is built without visiting each."""
+    if values and values.count(values[0]) == len(values):
+        return pa.repeat(pa.scalar(values[0], pa.string()), len(values))
+    return pa.array(values, pa.string())
+
+
+def _nullable(values: list[object], type_: pa.DataType) -> pa.Array:
+    if values.count(None) == len(values):
+        return pa.nulls(len(values), type_)
+    return pa.array(values, type_)
 
 
 class AckStore:
@@ -82,38 +132,45 @@ class AckStore:
         self.layout = layout
         self.path = layout.acks_table
         self.wal = WriteAheadLog(layout.acks_wal, sync_always=sync_always)
+        self.sync_always = sync_always
         self._lock = threading.Lock()
         self._pending: list[pa.RecordBatch] = []
         self._next_event_seq = 1
-        self._commit: GroupCommit[EventRow, int] = GroupCommit(self._append_rounds)
+        self._commit: GroupCommit[LogItem, int] = GroupCommit(self._append_rounds)
         self._folded: dict[str, int] = {}  # consumer_id -> event_seq below which rows are folded
         self.commits = 0
 
     def create(self) -> None:
         ensure_table(self.path, ACK_SCHEMA, None, ACK_TABLE_PROPERTIES)
 
-    def append(self, rows: list[EventRow]) -> None:
+    def append(self, items: list[LogItem]) -> None:
         """Makes the events durable (per the sync policy); concurrent callers share one log write."""
-        if rows:
-            self._commit.submit(rows)
+        items = [i for i in items if isinstance(i, EventRow) or len(i)]
+        if items:
+            self._commit.submit(items)
 
-    def _append_rounds(self, rounds: list[list[EventRow]]) -> list[list[int]]:
-        rows = [r for group in rounds for r in group]
+    @property
+    def idle(self) -> bool:
+        """No log write under way: an `append` now would not wait for another caller's."""
+        return self._commit.idle
+
+    def _append_rounds(self, rounds: list[list[LogItem]]) -> list[list[int]]:
+        items = [r for group in rounds for r in group]
         with self._lock:
-            batch = _batch(rows, self._next_event_seq)
+            batch = _batch(items, self._next_event_seq)
             self.wal.append([(KIND_EVENTS, memoryview(batch.serialize()))])
-            self._next_event_seq += len(rows)
+            self._fold_snapshots(items, self._next_event_seq)
+            self._next_event_seq += batch.num_rows
             self._pending.append(batch)
-            self._fold_snapshots(batch)
         return [[] for _ in rounds]
 
-    def _fold_snapshots(self, batch: pa.RecordBatch) -> None:
-        kinds = batch.column("kind").to_pylist()
-        if SNAPSHOT not in kinds:
-            return
-        for kind, cid, seq in zip(kinds, batch.column("consumer_id").to_pylist(), batch.column("event_seq").to_pylist(), strict=True):
-            if kind == SNAPSHOT:
-                self._folded[cid] = seq
+    def _fold_snapshots(self, items: list[LogItem], first_event_seq: int) -> None:
+        """A snapshot row folds its consumer's earlier rows: they go from the table at the next flush."""
+        seq = first_event_seq
+        for item in items:
+            if isinstance(item, EventRow) and item.event.kind == SNAPSHOT:
+                self._folded[item.consumer_id] = seq
+            seq += 1 if isinstance(item, EventRow) else len(item)
 
     def forget(self, consumer_id: str) -> None:
         """A deleted consumer: all its rows go at the next flush."""

@@ -50,7 +50,7 @@ DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
 ROW_GROUP_ROWS = 8192  # small row groups: a read by sequence decodes one group, not a whole file
 ROW_GROUP_BYTES = 8 * 1024 * 1024  # and few enough bytes that a read of a large message stays small
 READ_AHEAD = ROW_GROUP_ROWS
-READ_WINDOWS = 4
+READ_WINDOWS = 8  # decoded row groups reads keep at hand (the groups of several partitions overlap in sequences)
 READ_WINDOW_BYTES = 16 * 1024 * 1024
 _FILE_COLUMNS = [name for name in STREAM_SCHEMA.names if name != PARTITION_COLUMN]
 
@@ -408,33 +408,35 @@ class DeltaStore:
         return hi if cut >= len(seqs) else int(seqs[max(cut - 1, 0)])
 
     def _window_get(self, seq: int) -> StoredMessage | None:
-        for lo, hi, window in self._windows:
+        for lo, hi, window in reversed(self._windows):
             if lo <= seq <= hi:
-                return window.get(seq)
+                msg = window.get(seq)
+                if msg is not None:
+                    return msg
         return None
 
     def _read_window(self, lo: int, hi: int, index: MessageIndex) -> None:
-        """Reads the flushed messages with sequences in [lo, hi] of the partitions live there."""
+        """Makes the flushed messages with sequences in [lo, hi] readable: the row groups holding them
+        (by the `seq` statistics, in the files of the partitions live there), whole and decoded once
+        through the row-group cache, so consecutive pulls do not decode a group again."""
         seqs = index.live_seqs(start=lo, stop=hi + 1)
-        partitions = {partition_value(index.subject_of(int(s)), self.partition_tokens) for s in seqs}
+        partitions = {partition_value(s, self.partition_tokens) for s in index.subjects_among(seqs)}
         files = self._file_map(refresh=False)
         mask = (files.min_seq <= hi) & (files.max_seq >= lo) & np.isin(files.partitions, list(partitions))
-        tables = []
+        held = {id(w) for _, _, w in self._windows}
         for i in np.flatnonzero(mask):
             path = self.table_path / unquote(files.paths[i])
             try:
-                tables.append(
-                    pq.read_table(path, filters=[("seq", ">=", lo), ("seq", "<=", hi)], schema=STREAM_SCHEMA.remove(7))
-                )
+                meta, lows, highs = self._row_groups._footer(path)
+                for group in np.flatnonzero((lows <= hi) & (highs >= lo)).tolist():
+                    window = self._row_groups._window(path, meta, group)
+                    if id(window) not in held:
+                        held.add(id(window))
+                        self._windows.append((int(lows[group]), int(highs[group]), window))
             except FileNotFoundError:
                 self.mark_table_changed()
                 return
-        if not tables:
-            return
-        table = pa.concat_tables(tables).sort_by("seq")
-        self._windows.append((lo, hi, _Window(table)))
-        while len(self._windows) > READ_WINDOWS:
-            self._windows.pop(0)
+        del self._windows[: max(len(self._windows) - READ_WINDOWS, 0)]
 
     def _read_from_table(self, seq: int, partition: str, refresh: bool) -> StoredMessage | None:
         """One message by sequence: the file by its `seq` statistics, the row group by its own, both
