@@ -116,7 +116,7 @@ class MessageIndex:
             self.first_seq = seq
             self.first_ts = ts
 
-    def append_run(self, first_seq: int, subjects: list[str], sizes: list[int], ts: int) -> None:
+    def append_run(self, first_seq: int, subjects: list[str], sizes: list[int] | np.ndarray, ts: int) -> None:
         """Appends consecutive sequences from `first_seq`, all stamped `ts`: `append` without the per-message numpy cost."""
         count = len(subjects)
         if count == 0:
@@ -130,6 +130,44 @@ class MessageIndex:
         lo = first_seq - self.base
         hi = lo + count
         self._grow(hi)
+        if subjects.count(subjects[0]) == count:
+            self._link_one_subject(first_seq, lo, hi, self.subject_id(subjects[0]))
+        else:
+            self._link_subjects(first_seq, lo, hi, subjects)
+        self._size[lo:hi] = sizes
+        self._ts[lo:hi] = ts
+        self._live[lo:hi] = True
+        self._n = hi
+        self.msgs += count
+        self.bytes += int(np.sum(sizes)) if isinstance(sizes, np.ndarray) else sum(sizes)
+        if self.msgs == count:
+            self.first_seq = first_seq
+            self.first_ts = ts
+        self.last_seq = first_seq + count - 1
+        self.last_ts = ts
+
+    def _link_one_subject(self, first_seq: int, lo: int, hi: int, sid: int) -> None:
+        """A run on one subject (a producer's batch): its chain links are two aranges, no loop."""
+        count = hi - lo
+        last_seq = first_seq + count - 1
+        state = self._per_subject.get(sid)
+        if state is None or state[0] == 0:
+            self._per_subject[sid] = [count, first_seq, last_seq]
+            self.num_subjects += 1
+            before = 0
+        else:
+            before = state[2]
+            self._next[before - self.base] = first_seq
+            state[0] += count
+            state[2] = last_seq
+        self._sid[lo:hi] = sid
+        self._prev[lo] = before
+        self._prev[lo + 1 : hi] = np.arange(first_seq, last_seq, dtype=np.int64)
+        self._next[lo : hi - 1] = np.arange(first_seq + 1, last_seq + 1, dtype=np.int64)
+        self._next[hi - 1] = 0
+
+    def _link_subjects(self, first_seq: int, lo: int, hi: int, subjects: list[str]) -> None:
+        count = hi - lo
         ids = self._subject_ids
         sids = [ids[s] if s in ids else self.subject_id(s) for s in subjects]
         prev = [0] * count
@@ -154,21 +192,10 @@ class MessageIndex:
                 state[2] = seq
             seq += 1
         self._sid[lo:hi] = sids
-        self._size[lo:hi] = sizes
-        self._ts[lo:hi] = ts
-        self._live[lo:hi] = True
         self._next[lo:hi] = 0
         if link_from:
             self._next[lo + np.array(link_from, np.int64)] = link_to
         self._prev[lo:hi] = prev
-        self._n = hi
-        self.msgs += count
-        self.bytes += sum(sizes)
-        if self.msgs == count:
-            self.first_seq = first_seq
-            self.first_ts = ts
-        self.last_seq = first_seq + count - 1
-        self.last_ts = ts
 
     def remove(self, seq: int) -> bool:
         """Removes one live message; False if it is not live."""

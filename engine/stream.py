@@ -313,7 +313,7 @@ class Stream:
                 partitions = {s: partition_value(s, c.partition_tokens) for s in subject_lengths}
                 subject_column = pa.array(subjects, pa.string())
                 partition_column = pa.array([partitions[s] for s in subjects], pa.string())
-            ix.append_run(first, subjects, sizes.tolist(), ts)
+            ix.append_run(first, subjects, sizes, ts)
             acc.add_run(plain_rows(first, subject_column, ts, data, sizes, partition_column))
             self.last_msg_id = None
             if c.max_msgs_per_subject > 0:

@@ -90,3 +90,29 @@ def test_oldest_seqs_walks_the_subject_chain_past_removed_messages() -> None:
         for count in (0, 1, 2, 5, len(live), len(live) + 3):
             assert ix.oldest_seqs(subject, count).tolist() == live[:count].tolist()
     assert ix.oldest_seqs("missing", 3).tolist() == []
+
+
+def test_one_subject_runs_link_as_messages_appended_one_by_one() -> None:
+    """`append_run` on one subject (no per-message loop) leaves the index `append` would."""
+    rng = np.random.default_rng(11)
+    runs, singles = MessageIndex(), MessageIndex()
+    seq = 0
+    for _ in range(60):
+        subject = "abc"[int(rng.integers(3))]
+        count = int(rng.integers(1, 6))
+        sizes = rng.integers(1, 50, count)
+        runs.append_run(seq + 1, [subject] * count, sizes, seq + 1)
+        for k in range(count):
+            singles.append(seq + 1 + k, subject, int(sizes[k]), seq + 1)
+        seq += count
+        if rng.random() < 0.3:
+            victim = int(rng.integers(1, seq + 1))
+            runs.remove(victim)
+            singles.remove(victim)
+    assert (runs.msgs, runs.bytes, runs.num_subjects, runs.last_seq) == (singles.msgs, singles.bytes, singles.num_subjects, singles.last_seq)
+    for subject in "abcd":
+        assert runs.live_seqs(subject).tolist() == singles.live_seqs(subject).tolist()
+        assert runs.subject_state(subject) == singles.subject_state(subject)
+        assert runs.last_seq_for(subject) == singles.last_seq_for(subject)
+        assert runs.oldest_seqs(subject, 4).tolist() == singles.oldest_seqs(subject, 4).tolist()
+        assert [runs.next_seq_for(subject, s) for s in range(1, seq + 2, 7)] == [singles.next_seq_for(subject, s) for s in range(1, seq + 2, 7)]
