@@ -216,6 +216,7 @@ class JetStream:
                 self._by_subject.clear()
                 self.layout.stream_config(name).unlink(missing_ok=True)
                 entry.stream.store.destroy()
+        self._notify(name)  # waiting pulls and watches of the stream end now, not at their next timeout
 
     def stream_info(self, name: str, subjects_filter: str | None = None) -> dict[str, Any]:
         if subjects_filter is not None and not is_valid_subject(subjects_filter):

@@ -274,8 +274,6 @@ class KeyValueStores:
     def destroy(self, bucket: str) -> None:
         self.stream(bucket)
         self.js.delete_stream(stream_name(bucket))
-        if self.js.notify is not None:
-            self.js.notify(stream_name(bucket))  # wakes the bucket's watches, so they end now
 
     # -- writes -------------------------------------------------------------------------------
 
