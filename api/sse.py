@@ -12,8 +12,6 @@ from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from api import deps
-from engine.errors import JetStreamError
-from engine.index import MessageIndex
 
 INIT_DONE = b"event: init_done\ndata: {}\n\n"
 HEARTBEAT = b": heartbeat\n\n"
@@ -30,6 +28,9 @@ class Watcher(Protocol):
 
     def updates(self, limit: int = 1000) -> list[Any]: ...
 
+    @property
+    def behind(self) -> bool: ...
+
 
 def event(data: bytes) -> bytes:
     """A default ("message") event carrying one JSON document."""
@@ -39,17 +40,9 @@ def event(data: bytes) -> bytes:
 def watch_response(request: Request, watcher: Watcher, to_json: Callable[[Any], Any]) -> StreamingResponse:
     """The initial items, `init_done`, then each change as the stream's waiters wake the loop.
 
-    A publish whose wake-up comes while `updates` runs in the thread pool (no waiter registered yet)
-    would be seen only at the next heartbeat: so the stream's last sequence is read before `updates`
-    and again just before waiting, and a change in between means "look again" instead of waiting.
+    A publish whose wake-up came while `updates` ran in the thread pool (no waiter registered yet)
+    leaves the watcher `behind`: it looks again instead of waiting for the next heartbeat.
     """
-    try:
-        index: MessageIndex | None = deps.engine(request).stream(watcher.stream_name).index
-    except JetStreamError:  # destroyed meanwhile: the watcher is closed
-        index = None
-
-    def last_seq() -> int:
-        return index.last_seq if index is not None else 0
 
     async def events() -> AsyncIterator[bytes]:
         for item in await run_in_threadpool(watcher.initial):
@@ -57,7 +50,6 @@ def watch_response(request: Request, watcher: Watcher, to_json: Callable[[Any], 
         yield INIT_DONE
         last_beat = time.monotonic()
         while not watcher.closed and not await request.is_disconnected():
-            seen = last_seq()
             items = await run_in_threadpool(watcher.updates)
             for item in items:
                 yield event(orjson.dumps(to_json(item)))
@@ -66,7 +58,7 @@ def watch_response(request: Request, watcher: Watcher, to_json: Callable[[Any], 
             if time.monotonic() - last_beat >= HEARTBEAT_SECONDS:
                 yield HEARTBEAT
                 last_beat = time.monotonic()
-            if last_seq() != seen:
+            if watcher.behind:
                 continue
             await deps.waiters(request).wait(watcher.stream_name, HEARTBEAT_SECONDS)
 

@@ -192,6 +192,10 @@ class Watch:
     def stream_name(self) -> str:
         return self._watch.stream.name
 
+    @property
+    def behind(self) -> bool:
+        return self._watch.behind
+
     def initial(self) -> list[KvEntry]:
         entries = entries_of(self.bucket, self._watch.initial())
         for i, entry in enumerate(entries):

@@ -456,6 +456,10 @@ class ObjectWatch:
     def stream_name(self) -> str:
         return self._watch.stream.name
 
+    @property
+    def behind(self) -> bool:
+        return self._watch.behind
+
     def initial(self) -> list[ObjectInfo]:
         return self._visible(self._watch.initial())
 

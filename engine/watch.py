@@ -31,6 +31,12 @@ class SubjectWatch:
     def closed(self) -> bool:
         return self.stream.deleted
 
+    @property
+    def behind(self) -> bool:
+        """Whether messages arrived since the last `updates`: checked before waiting for a wake-up,
+        so a publish whose wake-up came while `updates` ran is not left for the next heartbeat."""
+        return self.stream.index.last_seq > self.after
+
     def initial(self) -> list[StoredMessage]:
         with self.stream.lock:
             self.after = self.stream.index.last_seq
