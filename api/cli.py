@@ -39,10 +39,31 @@ from engine.stream import DEFAULT_MAX_PAYLOAD
 log = logging.getLogger("jetlake")
 
 
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters
+
+
+def _keep_freed_memory() -> None:
+    """Request bodies of a megabyte, allocated and freed many times a second: glibc would hand each back
+    to the kernel (munmap, heap trim) and fault it in again page by page, which costs a third of the
+    gateway's CPU on a VM. Keeps up to 256 MiB of freed memory for reuse; MALLOC_* variables override."""
+    if any(name.startswith("MALLOC_") for name in os.environ) or not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(_M_MMAP_THRESHOLD, 64 * 1024 * 1024)
+        libc.mallopt(_M_TRIM_THRESHOLD, 256 * 1024 * 1024)
+    except (OSError, AttributeError):
+        pass  # not glibc
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from api.app import create_app
+
+    _keep_freed_memory()
 
     options = EngineOptions(
         sync_always=args.sync == "always",
