@@ -14,13 +14,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pybase64
 from pydantic import Field
 
 from engine import errors
 from engine import headers as hdr
+from engine.buckets import Buckets, check_bucket
 from engine.config import PARTITION_TOKENS_KEY, NS_PER_S, Storage, _Model, parse_model
 from engine.errors import ErrorCode, JetStreamError
 from engine.info import rfc3339
@@ -28,9 +29,6 @@ from engine.store.base import StoredMessage
 from engine.stream import InboundMessage, PublishResult, Stream
 from engine.subjects import is_valid_publish_subject, is_valid_subject
 from engine.watch import Initial, SubjectWatch
-
-if TYPE_CHECKING:
-    from engine.jetstream import JetStream
 
 STREAM_PREFIX = "KV_"
 SUBJECT_PREFIX = "$KV."
@@ -41,7 +39,6 @@ MAX_HISTORY = 64
 MAX_DUPLICATE_WINDOW = 120 * NS_PER_S
 PARTITION_TOKENS = 2  # `$KV.<bucket>`: one partition per bucket, not one folder per key
 
-_BUCKET = re.compile(r"[a-zA-Z0-9_-]+")  # fullmatch: `$` would let a trailing newline through
 _KEY = re.compile(r"[-/_=.a-zA-Z0-9]+")
 _KEY_FILTER = re.compile(r"[-/_=.a-zA-Z0-9*]*>?")
 
@@ -91,11 +88,6 @@ def stream_name(bucket: str) -> str:
     return STREAM_PREFIX + bucket
 
 
-def check_bucket(bucket: str) -> None:
-    if not _BUCKET.fullmatch(bucket) or len(bucket) > 200:
-        raise errors.bad_request(f"invalid bucket name {bucket[:64]!r}: letters, digits, '-' and '_' only")
-
-
 def check_key(key: str) -> None:
     """nats.go's key rules: `[-/_=.a-zA-Z0-9]+`, not starting or ending with `.`, no empty token."""
     if not _KEY.fullmatch(key) or key[0] == "." or key[-1] == "." or ".." in key:
@@ -109,10 +101,6 @@ def check_key_filter(filter_: str) -> None:
 
 def key_not_found() -> JetStreamError:
     return JetStreamError(404, ErrorCode.NO_MESSAGE_FOUND, "key not found")
-
-
-def bucket_not_found() -> JetStreamError:
-    return JetStreamError(404, ErrorCode.STREAM_NOT_FOUND, "bucket not found")
 
 
 def operation_of(msg: StoredMessage) -> str:
@@ -217,31 +205,17 @@ def entries_of(bucket: str, messages: list[StoredMessage]) -> list[KvEntry]:
     return [KvEntry(bucket, m.subject[prefix:], m.data, m.seq, m.ts, operation_of(m)) for m in messages]
 
 
-class KeyValueStores:
+class KeyValueStores(Buckets):
     """Every KV bucket of an engine: bucket management and key operations over its streams."""
 
-    def __init__(self, js: JetStream) -> None:
-        self.js = js
+    prefix = STREAM_PREFIX
 
     # -- buckets ------------------------------------------------------------------------------
 
     def create(self, body: Any) -> tuple[dict[str, Any], bool]:
         """Creates a bucket; returns its status and whether it was created (False: identical exists)."""
         config = parse_config(body)
-        try:
-            _, created = self.js.add_stream(stream_config(config))
-        except JetStreamError as exc:
-            if exc.err_code == ErrorCode.STREAM_NAME_EXIST:
-                raise JetStreamError(400, ErrorCode.STREAM_NAME_EXIST, f"bucket {config.bucket} exists with a different configuration") from None
-            raise
-        return self.status(config.bucket), created
-
-    def stream(self, bucket: str) -> Stream:
-        check_bucket(bucket)
-        try:
-            return self.js.stream(stream_name(bucket))
-        except errors.StreamNotFoundError:
-            raise bucket_not_found() from None
+        return self._create(config.bucket, stream_config(config))
 
     def status(self, bucket: str) -> dict[str, Any]:
         stream = self.stream(bucket)
@@ -264,20 +238,6 @@ class KeyValueStores:
         if c.description is not None:
             out["description"] = c.description
         return out
-
-    def list(self) -> dict[str, Any]:
-        names = sorted(s.name[len(STREAM_PREFIX) :] for s in self.js.streams() if s.name.startswith(STREAM_PREFIX))
-        buckets = []
-        for name in names:
-            try:
-                buckets.append(self.status(name))
-            except JetStreamError:
-                continue  # destroyed meanwhile
-        return {"total": len(buckets), "buckets": buckets}
-
-    def destroy(self, bucket: str) -> None:
-        self.stream(bucket)
-        self.js.delete_stream(stream_name(bucket))
 
     # -- writes -------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ import secrets
 import string
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 import pybase64
@@ -29,13 +29,10 @@ from engine import headers as hdr
 from engine.config import PARTITION_TOKENS_KEY, Storage, _Model, parse_model
 from engine.errors import ErrorCode, JetStreamError
 from engine.info import rfc3339
-from engine.kv import check_bucket
+from engine.buckets import Buckets, check_bucket
 from engine.store.base import StoredMessage
 from engine.stream import InboundMessage, PubAck, Stream
 from engine.watch import Initial, SubjectWatch
-
-if TYPE_CHECKING:
-    from engine.jetstream import JetStream
 
 log = logging.getLogger(__name__)
 
@@ -147,10 +144,6 @@ def object_not_found() -> JetStreamError:
     return JetStreamError(404, ErrorCode.NO_MESSAGE_FOUND, "object not found")
 
 
-def bucket_not_found() -> JetStreamError:
-    return JetStreamError(404, ErrorCode.STREAM_NOT_FOUND, "bucket not found")
-
-
 def damaged(name: str, detail: str) -> JetStreamError:
     return JetStreamError(500, ErrorCode.GENERAL, f"object {name!r} is damaged: {detail}")
 
@@ -257,30 +250,17 @@ class ObjectWriter:
         self.info.size += len(data)
 
 
-class ObjectStores:
+class ObjectStores(Buckets):
     """Every object-store bucket of an engine."""
 
-    def __init__(self, js: JetStream) -> None:
-        self.js = js
+    prefix = STREAM_PREFIX
 
     # -- buckets ------------------------------------------------------------------------------
 
     def create(self, body: Any) -> tuple[dict[str, Any], bool]:
+        """Creates a bucket; returns its status and whether it was created (False: identical exists)."""
         config = parse_config(body)
-        try:
-            _, created = self.js.add_stream(stream_config(config))
-        except JetStreamError as exc:
-            if exc.err_code == ErrorCode.STREAM_NAME_EXIST:
-                raise JetStreamError(400, ErrorCode.STREAM_NAME_EXIST, f"bucket {config.bucket} exists with a different configuration") from None
-            raise
-        return self.status(config.bucket), created
-
-    def stream(self, bucket: str) -> Stream:
-        check_bucket(bucket)
-        try:
-            return self.js.stream(stream_name(bucket))
-        except errors.StreamNotFoundError:
-            raise bucket_not_found() from None
+        return self._create(config.bucket, stream_config(config))
 
     def status(self, bucket: str) -> dict[str, Any]:
         stream = self.stream(bucket)
@@ -300,20 +280,6 @@ class ObjectStores:
         if c.description is not None:
             out["description"] = c.description
         return out
-
-    def list(self) -> dict[str, Any]:
-        names = sorted(s.name[len(STREAM_PREFIX) :] for s in self.js.streams() if s.name.startswith(STREAM_PREFIX))
-        buckets = []
-        for name in names:
-            try:
-                buckets.append(self.status(name))
-            except JetStreamError:
-                continue
-        return {"total": len(buckets), "buckets": buckets}
-
-    def destroy(self, bucket: str) -> None:
-        self.stream(bucket)
-        self.js.delete_stream(stream_name(bucket))
 
     def seal(self, bucket: str) -> dict[str, Any]:
         """Seals the stream, as nats.go's Seal; a sealed stream allows no rollups, deletes or purges."""

@@ -1,0 +1,79 @@
+"""What KV buckets and object stores share: each is a named view over one stream `<prefix><bucket>`.
+
+Creating a bucket creates its stream (idempotent for an identical config, as streams are); listing,
+status and destroying go through the stream registry, so a bucket is exactly its stream and SQL
+sees it like any other. Counterpart: the bucket handling of nats.go kv.go and object.go.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from engine import errors
+from engine.errors import ErrorCode, JetStreamError
+from engine.stream import Stream
+
+if TYPE_CHECKING:
+    from engine.jetstream import JetStream
+
+_BUCKET = re.compile(r"[a-zA-Z0-9_-]+")  # fullmatch: `$` would let a trailing newline through
+MAX_BUCKET_LEN = 200
+
+
+def check_bucket(bucket: str) -> None:
+    """nats.go's bucket names: letters, digits, `-` and `_`."""
+    if not _BUCKET.fullmatch(bucket) or len(bucket) > MAX_BUCKET_LEN:
+        raise errors.bad_request(f"invalid bucket name {bucket[:64]!r}: letters, digits, '-' and '_' only")
+
+
+def bucket_not_found() -> JetStreamError:
+    return JetStreamError(404, ErrorCode.STREAM_NOT_FOUND, "bucket not found")
+
+
+class Buckets:
+    """The buckets of one kind (streams named `prefix` + bucket) of an engine."""
+
+    prefix = ""
+
+    def __init__(self, js: JetStream) -> None:
+        self.js = js
+
+    def stream_name(self, bucket: str) -> str:
+        return self.prefix + bucket
+
+    def stream(self, bucket: str) -> Stream:
+        check_bucket(bucket)
+        try:
+            return self.js.stream(self.stream_name(bucket))
+        except errors.StreamNotFoundError:
+            raise bucket_not_found() from None
+
+    def _create(self, bucket: str, stream_config: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """Creates the bucket's stream; its status and whether it was created (False: identical exists)."""
+        try:
+            _, created = self.js.add_stream(stream_config)
+        except JetStreamError as exc:
+            if exc.err_code == ErrorCode.STREAM_NAME_EXIST:
+                raise JetStreamError(400, ErrorCode.STREAM_NAME_EXIST, f"bucket {bucket} exists with a different configuration") from None
+            raise
+        return self.status(bucket), created
+
+    def status(self, bucket: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def names(self) -> list[str]:
+        return sorted(s.name[len(self.prefix) :] for s in self.js.streams() if s.name.startswith(self.prefix))
+
+    def list(self) -> dict[str, Any]:
+        buckets = []
+        for name in self.names():
+            try:
+                buckets.append(self.status(name))
+            except JetStreamError:
+                continue  # destroyed meanwhile
+        return {"total": len(buckets), "buckets": buckets}
+
+    def destroy(self, bucket: str) -> None:
+        self.stream(bucket)
+        self.js.delete_stream(self.stream_name(bucket))
