@@ -322,8 +322,13 @@ class Consumer:
         self.last_activity = now
         st = self.state
         pending, deliveries = st.pending, st.deliveries
-        results = [None] * len(seqs)
+        results: list[errors.JetStreamError | None] = [None] * len(seqs)
         done: list[int] = []
+        # One at a time, the floor moves when the message just above it is acked, and then to just below
+        # the lowest still pending; so after the run it sits below the lowest pending one if the message
+        # above it was among the acks (or at `delivered` if nothing is pending), and where it was if not.
+        above_floor = st.ack_floor_consumer_seq + 1
+        moved = False
         for i, seq in enumerate(seqs):
             p = pending.pop(seq, None)
             if p is None:
@@ -331,13 +336,14 @@ class Consumer:
                 continue
             deliveries.pop(seq, None)
             done.append(seq)
+            moved = moved or p.consumer_seq == above_floor
+        if done:
             if not pending:
                 st.ack_floor_consumer_seq, st.ack_floor_stream_seq = st.delivered_consumer_seq, st.delivered_stream_seq
-            elif p.consumer_seq == st.ack_floor_consumer_seq + 1:
+            elif moved:
                 low = self._lowest_pending()
                 st.ack_floor_stream_seq = low - 1
                 st.ack_floor_consumer_seq = pending[low].consumer_seq - 1
-        if done:
             st.last_acked_at = now
             self.events_since_snapshot += len(done)
             self.acked += done

@@ -24,7 +24,7 @@ import orjson
 
 from engine import errors
 from engine.clock import Clock
-from engine.ack_events import AckEvent, AckEvents
+from engine.ack_events import NAK, AckEvent, AckEvents
 from engine.consumer import Consumer, Delivery
 from engine.consumer_config import ConsumerConfig, check_consumer_config, check_consumer_update, parse_consumer_config
 from engine.store.acks import SNAPSHOT, AckStore, EventBlock, EventRow, LogItem
@@ -197,8 +197,8 @@ class Consumers:
     def ack(self, stream: Stream, name: str, acks: list[tuple[str | int, str, int]]) -> list[errors.JetStreamError | None]:
         """Applies acks given by token or stream sequence; one result per ack, logged before returning."""
         with stream.lock:
-            results, logged = self._ack_locked(stream, name, acks)
-        self._acked(stream, acks, logged)
+            results, logged, naked = self._ack_locked(stream, name, acks)
+        self._acked(stream, logged, naked)
         return results
 
     def ack_nowait(
@@ -208,10 +208,10 @@ class Consumers:
         if not self._can_log_now() or not stream.lock.acquire(blocking=False):
             return None
         try:
-            results, logged = self._ack_locked(stream, name, acks)
+            results, logged, naked = self._ack_locked(stream, name, acks)
         finally:
             stream.lock.release()
-        self._acked(stream, acks, logged)
+        self._acked(stream, logged, naked)
         return results
 
     def _can_log_now(self) -> bool:
@@ -219,15 +219,18 @@ class Consumers:
 
     def _ack_locked(
         self, stream: Stream, name: str, acks: list[tuple[str | int, str, int]]
-    ) -> tuple[list[errors.JetStreamError | None], list[LogItem]]:
-        """Runs of acks of one kind and delay go to the consumer together (`Consumer.ack_many`)."""
+    ) -> tuple[list[errors.JetStreamError | None], list[LogItem], bool]:
+        """Runs of acks of one kind and delay go to the consumer together (`Consumer.ack_many`).
+        Also says whether a nak was among them (waiting pulls are woken for the redelivery)."""
         consumer = self.get(stream, name)
         now = self.clock.now_ns()
         results: list[errors.JetStreamError | None] = [None] * len(acks)
         blocks: list[AckEvents] = []
+        naked = False
         i = 0
         while i < len(acks):
             _, kind, delay = acks[i]
+            naked = naked or kind == NAK
             seqs: list[int] = []
             where: list[int] = []
             while i < len(acks) and acks[i][1] == kind and acks[i][2] == delay:
@@ -243,11 +246,11 @@ class Consumers:
                 results[at] = result
             blocks.append(events)
         self._retain(stream, consumer)
-        return results, self._log_items(consumer, AckEvents.concat(blocks))
+        return results, self._log_items(consumer, AckEvents.concat(blocks)), naked
 
-    def _acked(self, stream: Stream, acks: list[tuple[str | int, str, int]], logged: list[LogItem]) -> None:
+    def _acked(self, stream: Stream, logged: list[LogItem], naked: bool) -> None:
         self.acks.append(logged)
-        if any(kind == "nak" for _, kind, _ in acks):
+        if naked:
             self._notify(stream)
 
     def _resolve(self, consumer: Consumer, ref: str | int) -> int:
@@ -332,8 +335,8 @@ class Consumers:
             st.delivered_stream_seq, st.ack_floor_stream_seq, orjson.dumps(consumer.snapshot()).decode(),
         )
 
-    def flush(self) -> int:
-        return self.acks.flush()
+    def flush(self, fold: bool = True) -> int:
+        return self.acks.flush(fold)
 
 
 def _named(config: ConsumerConfig, name: str) -> ConsumerConfig:

@@ -462,12 +462,15 @@ class JetStream:
             if self._stop.is_set():
                 break
             try:
-                self.flush()
+                self.flush(fold_acks=False)
             except Exception:  # keep flushing; the failure is in flush_stats and the log
                 log.exception("flush failed")
 
-    def flush(self) -> int:
-        """Commits every stream's unflushed log to its table now; returns the commits made."""
+    def flush(self, fold_acks: bool = True) -> int:
+        """Commits every stream's unflushed log to its table now; returns the commits made.
+
+        `fold_acks=False` (the background flusher) leaves the deletion of folded ack rows to their
+        own, slower cadence (AckStore.flush)."""
         commits = 0
         with self._flush_lock:
             started = time.monotonic()
@@ -476,7 +479,7 @@ class JetStream:
                 commits += self._flush_stream(stream)
             self.consumers.tick(self.streams())
             try:
-                commits += self.consumers.flush()
+                commits += self.consumers.flush(fold_acks)
             except TimeoutError:
                 self.flush_stats.lease_waits += 1
             except Exception as exc:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,6 +24,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from engine.ack_events import AckEvent, AckEvents
 from engine.pipeline import GroupCommit
+from engine.store import ack_log
 from engine.store.delta import ensure_table
 from engine.store.layout import ACK_SCHEMA, ACK_TABLE_PROPERTIES, Layout
 from engine.store.lease import commit_lease
@@ -31,7 +33,7 @@ from engine.store.wal import WriteAheadLog
 log = logging.getLogger(__name__)
 
 APP_ID = "acks"
-KIND_EVENTS = 1
+FOLD_INTERVAL = 30.0  # seconds: the background flusher deletes folded rows at most this often
 SNAPSHOT = "snapshot"
 
 
@@ -134,10 +136,11 @@ class AckStore:
         self.wal = WriteAheadLog(layout.acks_wal, sync_always=sync_always)
         self.sync_always = sync_always
         self._lock = threading.Lock()
-        self._pending: list[pa.RecordBatch] = []
+        self._pending: list[Logged] = []  # logged, not yet in the table: rounds (first event seq, items) or old Arrow records
         self._next_event_seq = 1
         self._commit: GroupCommit[LogItem, int] = GroupCommit(self._append_rounds)
         self._folded: dict[str, int] = {}  # consumer_id -> event_seq below which rows are folded
+        self._folded_at = time.monotonic()  # when folded rows were last deleted
         self.commits = 0
 
     def create(self) -> None:
@@ -157,11 +160,11 @@ class AckStore:
     def _append_rounds(self, rounds: list[list[LogItem]]) -> list[list[int]]:
         items = [r for group in rounds for r in group]
         with self._lock:
-            batch = _batch(items, self._next_event_seq)
-            self.wal.append([(KIND_EVENTS, memoryview(batch.serialize()))])
-            self._fold_snapshots(items, self._next_event_seq)
-            self._next_event_seq += batch.num_rows
-            self._pending.append(batch)
+            first = self._next_event_seq
+            self.wal.append([(ack_log.KIND_PACKED_EVENTS, ack_log.encode([_packed(i) for i in items], first))])
+            self._fold_snapshots(items, first)
+            self._next_event_seq += sum(1 if isinstance(i, EventRow) else len(i) for i in items)
+            self._pending.append((first, items))
         return [[] for _ in rounds]
 
     def _fold_snapshots(self, items: list[LogItem], first_event_seq: int) -> None:
@@ -179,18 +182,26 @@ class AckStore:
 
     # -- flush --------------------------------------------------------------------------------
 
-    def flush(self) -> int:
-        """Commits the logged events; raises TimeoutError when a Spark job holds the table's lease."""
+    def flush(self, fold: bool = True) -> int:
+        """Commits the logged events; raises TimeoutError when a Spark job holds the table's lease.
+
+        Rows folded by snapshots (and a deleted consumer's) are deleted with it when `fold`, else at
+        most every FOLD_INTERVAL seconds: a delete rewrites the table's files, which the background
+        flusher cannot afford every second under a busy consumer (recovery skips folded rows anyway).
+        """
         with self._lock:
-            if not self._pending and not self._folded:
+            fold = fold or time.monotonic() - self._folded_at >= FOLD_INTERVAL
+            if not self._pending and not (fold and self._folded):
                 return 0
             batches, self._pending = self._pending, []
-            folded, self._folded = self._folded, {}
+            folded: dict[str, int] = {}
+            if fold:
+                folded, self._folded = self._folded, {}
             segments = self.wal.rotate()
         committed = False
         try:
             if batches:
-                table = pa.Table.from_batches(batches, schema=ACK_SCHEMA)
+                table = pa.Table.from_batches(_to_batches(batches), schema=ACK_SCHEMA)
                 last = table.column("event_seq")[-1].as_py()
                 with commit_lease(self.layout.lease_file(self.path), timeout=0):
                     write_deltalake(
@@ -201,6 +212,7 @@ class AckStore:
                 self.commits += 1
             if folded:
                 self._delete_folded(folded)
+                self._folded_at = time.monotonic()
         except BaseException:
             with self._lock:
                 if not committed:
@@ -229,9 +241,10 @@ class AckStore:
         except TableNotFoundError:
             pass
         for record in self.wal.recover():
-            batch = pa.ipc.read_record_batch(pa.py_buffer(record.payload), ACK_SCHEMA)
-            if batch.column("event_seq")[-1].as_py() > flushed:
-                self._pending.append(batch)
+            logged = _read_record(record.kind, record.payload)
+            batch = _to_batches([logged])[0]
+            if batch.num_rows and batch.column("event_seq")[-1].as_py() > flushed:
+                self._pending.append(logged)
                 tables.append(pa.Table.from_batches([batch]))
         if not tables:
             return {}
@@ -239,6 +252,51 @@ class AckStore:
         if table.num_rows:
             self._next_event_seq = table.column("event_seq")[-1].as_py() + 1
         return _histories(table)
+
+
+Logged = tuple[int, list[LogItem]] | pa.RecordBatch
+
+
+def _packed(item: LogItem) -> tuple[str, str, str, AckEvents, list[object] | None]:
+    if isinstance(item, EventBlock):
+        return item.stream, item.consumer, item.consumer_id, item.events, None
+    extra = [item.delivered_stream_seq, item.ack_floor_stream_seq, item.state]
+    return item.stream, item.consumer, item.consumer_id, AckEvents.of([item.event]), extra
+
+
+def _read_record(kind: int, payload: bytes) -> Logged:
+    if kind == ack_log.KIND_ARROW_EVENTS:
+        return pa.ipc.read_record_batch(pa.py_buffer(payload), ACK_SCHEMA)
+    first, blocks = ack_log.decode(payload)
+    items: list[LogItem] = []
+    for stream, consumer, consumer_id, events, extra in blocks:
+        if extra is None:
+            items.append(EventBlock(stream, consumer, consumer_id, events))
+        else:
+            (event,) = events.to_list()
+            items.append(EventRow(stream, consumer, consumer_id, event, *extra))  # type: ignore[arg-type]
+    return first, items
+
+
+def _to_batches(logged: list[Logged]) -> list[pa.RecordBatch]:
+    """Arrow batches of logged rounds; consecutive rounds (consecutive event sequences) become one."""
+    out: list[pa.RecordBatch] = []
+    run: list[LogItem] = []
+    first = following = 0
+    for entry in logged:
+        if run and (isinstance(entry, pa.RecordBatch) or entry[0] != following):
+            out.append(_batch(run, first))
+            run = []
+        if isinstance(entry, pa.RecordBatch):
+            out.append(entry)
+            continue
+        if not run:
+            first = following = entry[0]
+        run += entry[1]
+        following += sum(1 if isinstance(i, EventRow) else len(i) for i in entry[1])
+    if run:
+        out.append(_batch(run, first))
+    return out
 
 
 def _histories(table: pa.Table) -> dict[str, ConsumerHistory]:

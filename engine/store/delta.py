@@ -232,6 +232,7 @@ class DeltaStore:
         self._files = _FileMap()
         self._files_lock = threading.Lock()
         self._windows: list[tuple[int, int, _Window]] = []
+        self._window_hint: tuple[int, int, _Window] | None = None
         self._row_groups = _RowGroups(cache_bytes)
         self.commits = 0
 
@@ -378,10 +379,12 @@ class DeltaStore:
         """Live messages among `seqs` (ascending). Misses read the table a window ahead, for consumers."""
         found: dict[int, StoredMessage] = {}
         misses: list[int] = []
-        for seq in seqs:
-            if not index.is_live(seq):
+        live = index.live_mask(np.array(seqs, np.int64)).tolist()
+        buffered, windowed = self.buffer.get, self._window_get
+        for seq, ok in zip(seqs, live):
+            if not ok:
                 continue
-            msg = self.buffer.get(seq) or self._window_get(seq)
+            msg = buffered(seq) or windowed(seq)
             if msg is None:
                 misses.append(seq)
             else:
@@ -408,10 +411,17 @@ class DeltaStore:
         return hi if cut >= len(seqs) else int(seqs[max(cut - 1, 0)])
 
     def _window_get(self, seq: int) -> StoredMessage | None:
-        for lo, hi, window in reversed(self._windows):
-            if lo <= seq <= hi:
-                msg = window.get(seq)
+        """From the row groups at hand; the one that answered last is asked first (runs of a subject)."""
+        hint = self._window_hint
+        if hint is not None and hint[0] <= seq <= hint[1]:
+            msg = hint[2].get(seq)
+            if msg is not None:
+                return msg
+        for entry in reversed(self._windows):
+            if entry[0] <= seq <= entry[1] and entry is not hint:
+                msg = entry[2].get(seq)
                 if msg is not None:
+                    self._window_hint = entry
                     return msg
         return None
 
@@ -436,7 +446,9 @@ class DeltaStore:
             except FileNotFoundError:
                 self.mark_table_changed()
                 return
-        del self._windows[: max(len(self._windows) - READ_WINDOWS, 0)]
+        if len(self._windows) > READ_WINDOWS:
+            del self._windows[: len(self._windows) - READ_WINDOWS]
+            self._window_hint = None
 
     def _read_from_table(self, seq: int, partition: str, refresh: bool) -> StoredMessage | None:
         """One message by sequence: the file by its `seq` statistics, the row group by its own, both
@@ -474,6 +486,7 @@ class DeltaStore:
         with self._files_lock:
             self._stale = True
             self._windows = []
+            self._window_hint = None
         self._row_groups.clear()
 
     # -- recovery -----------------------------------------------------------------------------

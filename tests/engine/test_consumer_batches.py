@@ -68,3 +68,40 @@ def test_block_state_survives_restart(js: JetStream, clock: ManualClock) -> None
         assert rest == list(range(991, 1201))
     finally:
         again.close()
+
+
+def test_ack_log_written_by_the_arrow_version_is_recovered(js: JetStream, clock: ManualClock) -> None:
+    """Logs written before the packed record kind (Arrow IPC records) still replay after an upgrade."""
+    from engine.ack_events import AckEvent
+    from engine.store import ack_log
+    from engine.store.acks import EventRow, _batch
+
+    js.add_stream({"name": "S", "subjects": ["s.>"]})
+    for _ in range(3):
+        js.publish_one("s.a", b"z")
+    js.add_consumer("S", {"durable_name": "C", "ack_policy": "explicit"})
+    js.flush()
+    consumer = js.stream("S").consumers["C"]
+    store = js.consumers.acks
+    now = clock.now_ns()
+    rows = [EventRow("S", "C", consumer.consumer_id, AckEvent("deliver", s, s, 1, now)) for s in (1, 2, 3)]
+    rows.append(EventRow("S", "C", consumer.consumer_id, AckEvent("ack", 2, 0, 0, now)))
+    store.wal.append([(ack_log.KIND_ARROW_EVENTS, memoryview(_batch(rows, store._next_event_seq).serialize()))])
+    store.wal.close()
+    store._next_event_seq += len(rows)
+    again = reopen(js, clock)
+    try:
+        i = again.consumer_info("S", "C")
+        assert (i["delivered"]["stream_seq"], i["ack_floor"]["stream_seq"], i["num_ack_pending"]) == (3, 0, 2)
+    finally:
+        again.close()
+
+
+def test_background_flush_defers_deleting_folded_rows(js: JetStream) -> None:
+    """Folded rows go with an explicit flush, and only every FOLD_INTERVAL with the background one."""
+    store = js.consumers.acks
+    store._folded["gone"] = 10
+    store.flush(fold=False)
+    assert store._folded == {"gone": 10}
+    store.flush()
+    assert store._folded == {}
