@@ -13,8 +13,9 @@ For each system, on a fresh server:
            gateway's flusher (every second) has committed the log to the Delta table.
   one      one client, durable C1 {"ack_policy":"explicit","max_ack_pending":-1} (unlimited on both
            systems: JetStream's default 1,000 would throttle batches of 500 with acks pending):
-           JetLake `POST .../next {"batch":500,"expires":1s}` then one `POST .../ack` with the 500
-           tokens; nats `fetch(500, timeout=1)` then `await msg.ack()` per message. Until every
+           JetLake `POST .../next {"batch":500,"expires":1s}` then one `POST .../ack` for the 500: by
+           default the binary answer (`Accept: application/x-jetlake-batch`) and one `{"seqs": [...]}`
+           ack item, with `--pull-format json` the JSON answer and one `{"token"}` item a message; nats `fetch(500, timeout=1)` then `await msg.ack()` per message. Until every
            message is acked: `one_client_msgs_s` = acked / (last ack - start).
   four     four client processes sharing durable C2, the same loop: `four_clients_msgs_s` (total);
            every delivered stream sequence is collected: `duplicates` (deliveries beyond the first
@@ -47,6 +48,7 @@ import base64
 import os
 import random
 import shutil
+import struct
 import sys
 import tempfile
 import threading
@@ -94,6 +96,9 @@ PULL_EXPIRES_NS = 1_000_000_000
 LAT_EXPIRES_NS = 5_000_000_000
 LAT_SUBJECT = "bench.lat"
 MAX_EMPTY_PULLS = 3  # a puller gives up after this many empty answers in a row (messages missing)
+DELIVERED_MEDIA_TYPE = b"application/x-jetlake-batch"
+PULL_FORMATS = ("binary", "json")
+PULL_FORMAT = "binary"  # set from --pull-format before the workers fork
 
 
 class Sizes:
@@ -154,11 +159,33 @@ def jl_load_worker(port, subject, batches, first, cap_s, *, ready, go):
     return {"n": ok, "errors": errors, "err_sample": sample, "t0": t0, "t1": t1, "truncated": truncated}
 
 
+_DELIVERED = struct.Struct(">QQIQqIIII")
+
+
+def decode_delivered(body: bytes) -> list[dict]:
+    """seq and num_delivered of each record of a `JLD1` answer (README: the binary answer of next)."""
+    if body[:4] != b"JLD1":
+        raise ValueError(f"not a delivered batch: {body[:60]!r}")
+    out, offset, end, unpack, head = [], 4, len(body), _DELIVERED.unpack_from, _DELIVERED.size
+    while offset < end:
+        seq, _cseq, count, _pending, _ts, ls, lh, ld, la = unpack(body, offset)
+        offset += head + ls + lh + ld + la
+        out.append({"seq": seq, "num_delivered": count})
+    if offset != end:
+        raise ValueError("a delivered batch cut short")
+    return out
+
+
 def jl_pull_worker(port, consumer, total, cap_s, counter, *, ready, go):
-    """next batch 500 / expires 1 s, then one ack request with every token of the batch; until the shared
-    counter of acked messages reaches `total` (or the cap, or MAX_EMPTY_PULLS empty answers in a row)."""
+    """next batch 500 / expires 1 s, then one ack request for the whole batch; until the shared counter of
+    acked messages reaches `total` (or the cap, or MAX_EMPTY_PULLS empty answers in a row). PULL_FORMAT
+    "binary": the answer as `application/x-jetlake-batch` records and one `{"seqs": [...]}` ack item;
+    "json": the JSON answer and one `{"token"}` item per message."""
     base = f"/v1/streams/{STREAM}/consumers/{consumer}"
+    binary = PULL_FORMAT == "binary"
     next_req = build_request("POST", base + "/next", port, dumps({"batch": PULL_BATCH, "expires": PULL_EXPIRES_NS}))
+    if binary:
+        next_req = next_req.replace(b"\r\n\r\n", b"\r\nAccept: " + DELIVERED_MEDIA_TYPE + b"\r\n\r\n", 1)
     ack_head = (f"POST {base}/ack HTTP/1.1\r\nHost: {HOST}:{port}\r\nContent-Type: application/json\r\n"
                 "Content-Length: ").encode()
     c = RawHTTP(port)
@@ -191,28 +218,36 @@ def jl_pull_worker(port, consumer, total, cap_s, counter, *, ready, go):
             if empties >= MAX_EMPTY_PULLS:
                 break
             continue
-        msgs = loads(body)["messages"]
+        if binary:
+            msgs = decode_delivered(body)
+        else:
+            msgs = loads(body)["messages"]
         if not msgs:
             empties += 1
             if empties >= MAX_EMPTY_PULLS:
                 break
             continue
         empties = 0
-        toks = []
-        for m in msgs:
-            toks.append(m["ack"])
-            seqs.append(m["seq"])
-            if m["num_delivered"] > 1:
-                redelivered += 1
-        ack_body = dumps({"acks": [{"token": t, "type": "ack"} for t in toks]})
+        batch_seqs = [m["seq"] for m in msgs]
+        seqs += batch_seqs
+        redelivered += sum(1 for m in msgs if m["num_delivered"] > 1)
+        if binary:
+            ack_body = dumps({"acks": [{"seqs": batch_seqs, "type": "ack"}]})
+        else:
+            ack_body = dumps({"acks": [{"token": m["ack"], "type": "ack"} for m in msgs]})
         s = pc()
         st, ab = c.request(ack_head + str(len(ack_body)).encode() + b"\r\n\r\n" + ack_body)
         t_last = pc()
         ack_ns.append(t_last - s)
-        ok = ab.count(b'"ok":true') if st == 200 else 0
-        if ok != len(toks):
-            errors += len(toks) - ok
-            sample = sample or f"ack of {len(toks)} -> {st} {ab[:300]!r}"
+        if st != 200:
+            ok = 0
+        elif binary:
+            ok = len(msgs) if ab == b'{"results":[{"ok":true}]}' else 0
+        else:
+            ok = ab.count(b'"ok":true')
+        if ok != len(msgs):
+            errors += len(msgs) - ok
+            sample = sample or f"ack of {len(msgs)} -> {st} {ab[:300]!r}"
         acked += ok
         with counter.get_lock():
             counter.value += ok
@@ -901,6 +936,7 @@ def git_state() -> dict:
 
 
 def main() -> int:
+    global PULL_FORMAT
     set_log_name("consume")
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="20,000 messages and 1,000 latency samples: a smoke run")
@@ -911,7 +947,10 @@ def main() -> int:
     ap.add_argument("--skip-jetlake", action="store_true")
     ap.add_argument("--skip-nats", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the temporary warehouse and logs")
+    ap.add_argument("--pull-format", choices=PULL_FORMATS, default=PULL_FORMAT,
+                    help="JetLake pulls: binary answers + one seqs ack item (default), or JSON + one token per message")
     args = ap.parse_args()
+    PULL_FORMAT = args.pull_format  # read by the forked pull workers
 
     sizes = Sizes(args.quick)
     workdir = Path(tempfile.mkdtemp(prefix="jetlake-consume-"))
@@ -922,6 +961,7 @@ def main() -> int:
         "payload_bytes": PAYLOAD_SIZE,
         "messages": sizes.total,
         "pull_batch": PULL_BATCH,
+        "pull_format": PULL_FORMAT,
         "max_ack_pending": -1,
         "latency_messages": sizes.lat_n,
         "latency_rate": sizes.lat_rate,
