@@ -24,6 +24,7 @@ router = APIRouter(prefix="/v1/streams/{stream}/consumers")
 NS = 1_000_000_000
 DEFAULT_EXPIRES = 30 * NS
 MAX_EXPIRES = 300 * NS
+MAX_DELAY = MAX_SEQ = 2**63 - 1  # the ack log's int64
 _NEXT_FIELDS = {"batch", "expires", "no_wait", "max_bytes", "idle_heartbeat"}
 
 
@@ -213,13 +214,13 @@ def _seqs_item(item: dict[str, Any]) -> tuple[list[int], str, int]:
     if not set(item) <= {"seqs", "type", "delay"}:
         raise errors.bad_request("a seqs ack is {seqs, type?, delay?}")
     seqs = item["seqs"]
-    if not isinstance(seqs, list) or not seqs or not all(type(s) is int and s > 0 for s in seqs):
+    if not isinstance(seqs, list) or not seqs or not all(type(s) is int and 0 < s <= MAX_SEQ for s in seqs):
         raise errors.bad_request("seqs must be a non-empty list of positive integers")
     kind = item.get("type", "ack")
     if kind not in ("ack", "nak", "wpi", "term"):
         raise errors.bad_request("type must be one of ack, nak, wpi, term")
     delay = item.get("delay", 0)
-    if type(delay) is not int or delay < 0:
+    if type(delay) is not int or not 0 <= delay <= MAX_DELAY:
         raise errors.bad_request("delay must be a non-negative integer of nanoseconds")
     return seqs, kind, delay
 
@@ -232,11 +233,11 @@ def _ack_item(item: Any) -> tuple[str | int, str, int]:
         raise errors.bad_request("give token or seq")
     if "token" in item and not isinstance(ref, str):
         raise errors.bad_request("token must be a string")
-    if "seq" in item and (not isinstance(ref, int) or isinstance(ref, bool) or ref <= 0):
+    if "seq" in item and (not isinstance(ref, int) or isinstance(ref, bool) or not 0 < ref <= MAX_SEQ):
         raise errors.bad_request("seq must be a positive integer")
     kind = item.get("type", "ack")
     delay = item.get("delay", 0)
-    if not isinstance(delay, int) or isinstance(delay, bool) or delay < 0:
+    if not isinstance(delay, int) or isinstance(delay, bool) or not 0 <= delay <= MAX_DELAY:
         raise errors.bad_request("delay must be a non-negative integer of nanoseconds")
     if not isinstance(kind, str):
         raise errors.bad_request("type must be one of ack, nak, wpi, term")

@@ -141,7 +141,7 @@ def test_seqs_nak_and_term(c: httpx.Client) -> None:
 
 @pytest.mark.parametrize("item", [
     {"seqs": []}, {"seqs": "1,2"}, {"seqs": [1, 0]}, {"seqs": [1, -2]}, {"seqs": [1, True]}, {"seqs": [1.5]},
-    {"seqs": [1], "type": "maybe"}, {"seqs": [1], "delay": -1}, {"seqs": [1], "token": "x"}, {"seqs": [1], "type": 3},
+    {"seqs": [1], "type": "maybe"}, {"seqs": [1], "delay": -1}, {"seqs": [1], "delay": 2**63}, {"seqs": [2**63]}, {"seqs": [1], "token": "x"}, {"seqs": [1], "type": 3},
 ])
 def test_malformed_seqs_item_refuses_the_whole_body(c: httpx.Client, item: dict[str, Any]) -> None:
     _, base = setup(c, 3)
