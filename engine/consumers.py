@@ -259,7 +259,7 @@ class Consumers:
             return ref
         consumer_id, _, rest = ref.partition(".")
         parts = rest.split(".")
-        if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        if len(parts) != 3 or not all(p.isdigit() and len(p) < 19 for p in parts):  # int64, as the ack log
             raise errors.bad_request("invalid ack token")
         if consumer_id != consumer.consumer_id:
             raise errors.bad_request("the ack token belongs to another consumer")
