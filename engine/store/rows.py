@@ -113,7 +113,7 @@ class ArrowRows:
     a replay asks for are derived on demand (small ones cached for `message`).
     """
 
-    __slots__ = ("first_seq", "_arrow", "nbytes", "_subjects", "_ts", "_offsets")
+    __slots__ = ("first_seq", "_arrow", "nbytes", "_subjects", "_ts", "_offsets", "_plain")
 
     def __init__(self, batch: pa.RecordBatch, nbytes: int | None = None) -> None:
         self._arrow = batch
@@ -123,7 +123,9 @@ class ArrowRows:
         self.nbytes = nbytes
         self._subjects: list[str] | None = None
         self._ts: list[int] | None = None
-        self._offsets: np.ndarray | None = None
+        self._offsets: tuple[list[int], memoryview] | None = None
+        n = batch.num_rows
+        self._plain = batch.column("msg_id").null_count == n and batch.column("headers").null_count == n
 
     def __len__(self) -> int:
         return self._arrow.num_rows
@@ -153,22 +155,24 @@ class ArrowRows:
         return self._arrow.column("size").to_pylist()  # type: ignore[no-any-return]
 
     def message(self, row: int) -> StoredMessage:
-        batch = self._arrow
-        msg_id = batch.column("msg_id")[row].as_py() if batch.column("msg_id").null_count < len(batch) else None
-        headers = None
-        if batch.column("headers").null_count < len(batch):
-            headers = dict(batch.column("headers")[row].as_py() or ()) or None
+        msg_id, headers = None, None
+        if not self._plain:  # a replayed record of messages with msg ids or headers
+            msg_id = self._arrow.column("msg_id")[row].as_py()
+            headers = dict(self._arrow.column("headers")[row].as_py() or ()) or None
         return StoredMessage(self.subjects[row], self.first_seq + row, self.ts[row], self._payload(row), headers, msg_id)
 
     def _payload(self, row: int) -> bytes:
         """One payload copied out of the data buffer: no Arrow scalar, no copy of the others."""
-        data = self._arrow.column("data")
         if self._offsets is None:
-            self._offsets = np.frombuffer(data.buffers()[1], np.int32, len(data) + 1, data.offset * 4)
-        start, end = self._offsets[row], self._offsets[row + 1]
-        if start == end or (data.null_count and not data[row].is_valid):
+            data = self._arrow.column("data")
+            buffers = data.buffers()
+            offsets = np.frombuffer(buffers[1], np.int32, len(data) + 1, data.offset * 4).tolist()
+            self._offsets = (offsets, memoryview(buffers[2]) if buffers[2] is not None else memoryview(b""))
+        offsets, view = self._offsets
+        start, end = offsets[row], offsets[row + 1]
+        if start == end or (self._arrow.column("data").null_count and not self._arrow.column("data")[row].is_valid):
             return b""
-        return memoryview(data.buffers()[2])[start:end].tobytes()
+        return view[start:end].tobytes()
 
     def to_arrow(self) -> pa.RecordBatch:
         return self._arrow
