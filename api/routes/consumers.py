@@ -17,6 +17,7 @@ from api.body import json_object
 from api.responses import json_response
 from engine import JetStream, JetStreamError, errors
 from engine.consumer import Delivery
+from engine.consumer_config import ConsumerConfig
 from engine.info import stored_message_json
 
 router = APIRouter(prefix="/v1/streams/{stream}/consumers")
@@ -78,7 +79,7 @@ def _int(body: dict[str, Any], key: str, default: int) -> int:
 class _Pull:
     """One pull request checked against the consumer's caps (max_batch, max_expires, max_bytes)."""
 
-    def __init__(self, body: dict[str, Any], config: dict[str, Any]) -> None:
+    def __init__(self, body: dict[str, Any], config: ConsumerConfig) -> None:
         unknown = set(body) - _NEXT_FIELDS
         if unknown:
             raise errors.bad_request(f"unknown pull request field {sorted(unknown)[0]!r}")
@@ -89,14 +90,14 @@ class _Pull:
         if not isinstance(no_wait, bool):
             raise errors.bad_request("no_wait must be a boolean")
         self.no_wait = no_wait
-        if config.get("max_batch") and self.batch > config["max_batch"]:
-            raise errors.JetStreamError(409, errors.ErrorCode.BAD_REQUEST, f"Exceeded MaxRequestBatch of {config['max_batch']}")
-        if config.get("max_expires") and self.expires > config["max_expires"]:
-            raise errors.JetStreamError(409, errors.ErrorCode.BAD_REQUEST, f"Exceeded MaxRequestExpires of {config['max_expires']}")
-        if config.get("max_bytes") and self.max_bytes > config["max_bytes"]:
-            raise errors.JetStreamError(409, errors.ErrorCode.BAD_REQUEST, f"Exceeded MaxRequestMaxBytes of {config['max_bytes']}")
+        if config.max_batch and self.batch > config.max_batch:
+            raise errors.JetStreamError(409, errors.ErrorCode.BAD_REQUEST, f"Exceeded MaxRequestBatch of {config.max_batch}")
+        if config.max_expires and self.expires > config.max_expires:
+            raise errors.JetStreamError(409, errors.ErrorCode.BAD_REQUEST, f"Exceeded MaxRequestExpires of {config.max_expires}")
+        if config.max_bytes and self.max_bytes > config.max_bytes:
+            raise errors.JetStreamError(409, errors.ErrorCode.BAD_REQUEST, f"Exceeded MaxRequestMaxBytes of {config.max_bytes}")
         if self.expires == 0:
-            self.expires = config.get("max_expires") or DEFAULT_EXPIRES
+            self.expires = config.max_expires or DEFAULT_EXPIRES
         self.expires = min(self.expires, MAX_EXPIRES)
 
 
@@ -105,9 +106,9 @@ async def next_messages(request: Request, stream: str, consumer: str) -> Respons
     engine = deps.engine(request)
     body = await json_object(request, allow_empty=True)
     target = engine.consumers.get(engine.stream(stream), consumer)
-    config = target.config.to_json()
+    config = target.config
     pull = _Pull(body, config)
-    if target.waiting >= (config.get("max_waiting") or 512):
+    if target.waiting >= (config.max_waiting or 512):
         raise errors.JetStreamError(409, errors.ErrorCode.BAD_REQUEST, "Exceeded MaxWaiting")
     deadline = time.monotonic() + pull.expires / NS
     got: list[Delivery] = []
@@ -134,7 +135,7 @@ async def next_messages(request: Request, stream: str, consumer: str) -> Respons
             await deps.waiters(request).wait(stream, min(left, _redelivery_wait(target)))
     finally:
         target.waiting -= 1
-    headers_only = bool(config.get("headers_only"))
+    headers_only = bool(config.headers_only)
     if delivered_batch.wants_binary(request.headers.get("accept", "")):
         return Response(delivered_batch.encode(got, headers_only), media_type=delivered_batch.MEDIA_TYPE)
     return Response(orjson.dumps({"messages": [delivered_json(d, headers_only) for d in got]}), media_type="application/json")
