@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api import errors
+from api.fast_paths import FastPaths
 from api.routes import consumers, erasures, kv, objects, publish, streams, system
 from api.waiters import Waiters
 from engine import JetStream
@@ -37,6 +38,7 @@ def create_app(engine: JetStream, max_body: int = DEFAULT_MAX_BODY) -> FastAPI:
     app.state.api_total = 0
     app.state.api_errors = 0
 
+    app.add_middleware(FastPaths)
     app.add_middleware(_CountRequests)
     errors.install(app)
     app.include_router(system.router)

@@ -29,11 +29,19 @@ def error_response(exc: JetStreamError) -> Response:
     return json_response({"type": "io.nats.jetstream.api.v1.error_response", "error": exc.to_dict()}, exc.code)
 
 
+def answer(request: Request, exc: Exception) -> Response:
+    """The answer to a route's exception: its ApiError, or a 500 for an unexpected failure (logged)."""
+    request.app.state.api_errors += 1
+    if isinstance(exc, JetStreamError):
+        return error_response(exc)
+    log.exception("unexpected failure answering %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(JetStreamError(500, ErrorCode.GENERAL, f"internal error: {type(exc).__name__}"))
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(JetStreamError)
     async def _jetstream(request: Request, exc: JetStreamError) -> Response:
-        request.app.state.api_errors += 1
-        return error_response(exc)
+        return answer(request, exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> Response:
@@ -53,6 +61,4 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
-        request.app.state.api_errors += 1
-        log.exception("unexpected failure answering %s %s", request.method, request.url.path)
-        return error_response(JetStreamError(500, ErrorCode.GENERAL, f"internal error: {type(exc).__name__}"))
+        return answer(request, exc)

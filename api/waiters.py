@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import defaultdict
 
 
@@ -12,13 +13,19 @@ class Waiters:
     def __init__(self) -> None:
         self._events: dict[str, set[asyncio.Event]] = defaultdict(set)
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        self._loop_thread = threading.get_ident()
 
     def wake_threadsafe(self, stream: str) -> None:
         loop = self._loop
-        if loop is not None and self._events.get(stream):
+        if loop is None or not self._events.get(stream):
+            return
+        if threading.get_ident() == self._loop_thread:
+            self._wake(stream)  # a publish answered on the loop itself: no self-pipe write needed
+        else:
             loop.call_soon_threadsafe(self._wake, stream)
 
     def _wake(self, stream: str) -> None:
@@ -32,7 +39,8 @@ class Waiters:
         event = asyncio.Event()
         self._events[stream].add(event)
         try:
-            await asyncio.wait_for(event.wait(), timeout)
+            async with asyncio.timeout(timeout):  # no extra task per wait, unlike asyncio.wait_for
+                await event.wait()
         except TimeoutError:
             pass
         finally:

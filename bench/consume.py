@@ -29,6 +29,9 @@ For each system, on a fresh server:
            when the server cannot take 1,000/s it falls behind (`latency_pub_rate`, `latency_pub_late`),
            and `latency_pull_rate` is the deliveries per second the puller got; when that stays below
            the publish rate a backlog builds and the percentiles measure the queue, not the path.
+  latency_sse the same at 1,000 msgs/s with the puller on the SSE route (`GET .../messages`, JetLake's
+           consume(): one pull kept open, messages pushed as they arrive), durable L3; its ratios are
+           against nats' fetch(1) figures.
   low rate the same at 100 msgs/s (500 messages, 200 with --quick), durable L2: `latency_low_rate_*`,
            the latency of a server that is not saturated.
 
@@ -257,6 +260,59 @@ def jl_pull_worker(port, consumer, total, cap_s, counter, *, ready, go):
     return {"acked": acked, "errors": errors, "err_sample": sample, "t0": t0, "t_last": t_last, "t1": t1,
             "cpu_s": cpu_s, "seqs": seqs, "redelivered": redelivered, "pulls": pulls, "truncated": truncated,
             "next_ns": next_ns, "ack_ns": ack_ns, "empty_stop": empties >= MAX_EMPTY_PULLS}
+
+
+def jl_sse_latency_worker(role, port, consumer, n, rate_s, cap_s, pub_done, *, ready, go):
+    """The latency phase with the puller on the SSE route (`consume()`: one waiting pull kept open)."""
+    if role != "pull":
+        return jl_latency_worker(role, port, consumer, n, rate_s, cap_s, pub_done, ready=ready, go=go)
+    import socket
+
+    pc = time.perf_counter_ns
+    sock = socket.create_connection((HOST, port))
+    path = f"/v1/streams/{STREAM}/consumers/{consumer}/messages?max_messages=100"
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {HOST}:{port}\r\nAccept: text/event-stream\r\n\r\n".encode())
+    sock.settimeout(1.0)
+    ready()
+    go.wait(600)
+    lat: list[int] = []
+    seqs: list[int] = []
+    buf = b""
+    t0 = pc()
+    c0 = time.process_time()
+    stop_at = t0 + int(cap_s * 1e9)
+    truncated = False
+    t_end = t0
+    while len(lat) < n:
+        if pc() > stop_at:
+            truncated = True
+            break
+        try:
+            data = sock.recv(1 << 20)
+        except socket.timeout:
+            if pub_done.is_set():
+                break
+            continue
+        if not data:
+            break
+        recv = time.time_ns()
+        buf += data
+        while True:
+            start = buf.find(b"data: {")
+            end = buf.find(b"}\n\n", start) if start >= 0 else -1
+            if end < 0:
+                break
+            event = loads(buf[start + 6 : end + 1])
+            buf = buf[end + 3 :]
+            if "data" not in event:
+                continue
+            lat.append(recv - int(base64.b64decode(event["data"][:28])[:19]))
+            seqs.append(event["seq"])
+            t_end = pc()
+    cpu_s = time.process_time() - c0
+    sock.close()
+    return {"role": role, "t0": t0, "t_end": t_end, "lat": lat, "seqs": seqs, "errors": 0, "err_sample": None,
+            "cpu_s": cpu_s, "truncated": truncated}
 
 
 def jl_latency_worker(role, port, consumer, n, rate_s, cap_s, pub_done, *, ready, go):
@@ -781,6 +837,9 @@ def bench_jetlake(args, sizes: Sizes, workdir: Path) -> dict:
 
         jl_create_consumer(port, {"durable_name": "L", "ack_policy": "none", "deliver_policy": "new"})
         latency_phase(jl_latency_worker, port, "L", sizes.lat_n, sizes.lat_rate, sizes.cap_lat, p.pid, out)
+        jl_create_consumer(port, {"durable_name": "L3", "ack_policy": "none", "deliver_policy": "new"})
+        latency_phase(jl_sse_latency_worker, port, "L3", sizes.lat_n, sizes.lat_rate, sizes.cap_lat, p.pid, out,
+                      prefix="latency_sse")
         jl_create_consumer(port, {"durable_name": "L2", "ack_policy": "none", "deliver_policy": "new"})
         latency_phase(jl_latency_worker, port, "L2", sizes.low_n, sizes.low_rate, sizes.cap_low, p.pid, out,
                       prefix="latency_low_rate")
@@ -987,6 +1046,8 @@ def main() -> int:
         "four_clients_msgs_s": ratio(jl.get("four_clients_msgs_s"), nt.get("four_clients_msgs_s")),
         "latency_p50": ratio(jl.get("latency_p50_ms"), nt.get("latency_p50_ms")),
         "latency_p99": ratio(jl.get("latency_p99_ms"), nt.get("latency_p99_ms")),
+        "latency_sse_p50": ratio(jl.get("latency_sse_p50_ms"), nt.get("latency_p50_ms")),
+        "latency_sse_p99": ratio(jl.get("latency_sse_p99_ms"), nt.get("latency_p99_ms")),
         "latency_low_rate_p50": ratio(jl.get("latency_low_rate_p50_ms"), nt.get("latency_low_rate_p50_ms")),
         "load_msgs_s": ratio(jl.get("load_msgs_s"), nt.get("load_msgs_s")),
     }

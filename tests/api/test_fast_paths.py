@@ -1,0 +1,30 @@
+"""The fast-path dispatcher answers only the routes it knows, exactly as their FastAPI endpoints."""
+
+from __future__ import annotations
+
+from api.fast_paths import _match
+from api.routes import consumers, kv, publish, system
+
+
+def _scope(method: str, path: str, query: bytes = b"") -> dict[str, object]:
+    return {"type": "http", "method": method, "path": path, "query_string": query}
+
+
+def test_hot_routes_go_to_their_endpoints_with_their_path_parameters() -> None:
+    assert _match(_scope("POST", "/v1/publish/orders.eu")) == (publish.publish_raw, {"subject": "orders.eu"})
+    assert _match(_scope("POST", "/v1/publish")) == (publish.publish_batch, {})
+    assert _match(_scope("POST", "/v1/streams/S/consumers/C/next")) == (consumers.next_messages, {"stream": "S", "consumer": "C"})
+    assert _match(_scope("POST", "/v1/streams/S/consumers/C/ack")) == (consumers.ack, {"stream": "S", "consumer": "C"})
+    assert _match(_scope("GET", "/v1/kv/b/entries/a/b.c")) == (kv.get, {"bucket": "b", "key": "a/b.c", "revision": None})
+    assert _match(_scope("PUT", "/v1/kv/b/entries/k")) == (kv.put, {"bucket": "b", "key": "k"})
+    assert _match(_scope("GET", "/healthz")) == (system.healthz, {})
+
+
+def test_everything_else_is_left_to_fastapi() -> None:
+    assert _match(_scope("GET", "/v1/kv/b/entries/k", b"revision=3")) is None  # a query to parse
+    assert _match(_scope("POST", "/v1/publish/a\n")) is None  # FastAPI's own answer to such a path
+    assert _match(_scope("POST", "/v1/publish/")) is None
+    assert _match(_scope("DELETE", "/v1/kv/b/entries/k")) is None
+    assert _match(_scope("GET", "/v1/streams/S/consumers/C/next")) is None
+    assert _match(_scope("POST", "/v1/streams/S/x/consumers/C/next")) is None
+    assert _match({"type": "lifespan"}) is None
