@@ -34,7 +34,7 @@ from typing import Any, TextIO
 from engine import EngineOptions, JetStream
 from engine.jetstream import DEFAULT_FLUSH_BYTES, DEFAULT_FLUSH_INTERVAL
 from engine.store.lease import OwnerLockedError
-from engine.stream import DEFAULT_MAX_PAYLOAD
+from engine.messages import DEFAULT_MAX_PAYLOAD
 
 log = logging.getLogger("jetlake")
 

@@ -6,7 +6,7 @@ Knows nothing of HTTP or Spark. The public surface is re-exported here.
 from engine.clock import Clock, ManualClock, SystemClock
 from engine.errors import JetStreamError
 from engine.jetstream import EngineOptions, JetStream
-from engine.stream import AckRun, InboundMessage, PlainBatch, PubAck
+from engine.messages import AckRun, InboundMessage, PlainBatch, PubAck
 
 __all__ = [
     "AckRun",

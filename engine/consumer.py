@@ -23,6 +23,7 @@ from engine.ack_events import ACK, DELIVER, EXHAUSTED, NAK, TERM, WPI, AckEvent,
 from engine.consumer_config import ConsumerConfig, filters
 from engine.info import parse_rfc3339, rfc3339
 from engine.index import MessageIndex
+from engine.messages import STORE_OVERHEAD
 from engine.store.base import StoredMessage
 from engine.subjects import any_match
 
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
 
 ACK_KINDS = {"ack": ACK, "nak": NAK, "wpi": WPI, "term": TERM}
 SCAN_WINDOW = 4096
-STORE_OVERHEAD = 16  # engine.stream's per-message overhead in the index's sizes
 
 
 def message_bytes(index: MessageIndex, seq: int) -> int:

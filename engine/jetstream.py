@@ -38,7 +38,8 @@ from engine.store.files import atomic_write
 from engine.store.layout import Layout
 from engine.store.lease import OwnerLock
 from engine.store.memory import MemoryStore
-from engine.stream import DEFAULT_MAX_PAYLOAD, InboundMessage, PlainBatch, PublishAnswer, PublishResult, Stream
+from engine.messages import DEFAULT_MAX_PAYLOAD, InboundMessage, PlainBatch, PublishAnswer, PublishResult
+from engine.stream import Stream
 from engine.subjects import is_valid_publish_subject, is_valid_subject, subject_matches, subjects_collide
 
 log = logging.getLogger(__name__)

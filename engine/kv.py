@@ -26,7 +26,8 @@ from engine.config import PARTITION_TOKENS_KEY, NS_PER_S, Storage, _Model, parse
 from engine.errors import ErrorCode, JetStreamError
 from engine.info import rfc3339
 from engine.store.base import StoredMessage
-from engine.stream import InboundMessage, PublishResult, Stream
+from engine.messages import InboundMessage, PublishResult
+from engine.stream import Stream
 from engine.subjects import is_valid_publish_subject, is_valid_subject
 from engine.watch import Initial, SubjectWatch
 

@@ -31,7 +31,8 @@ from engine.errors import ErrorCode, JetStreamError
 from engine.info import rfc3339
 from engine.buckets import Buckets, check_bucket
 from engine.store.base import StoredMessage
-from engine.stream import InboundMessage, PubAck, Stream
+from engine.messages import InboundMessage, PubAck
+from engine.stream import Stream
 from engine.watch import Initial, SubjectWatch
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,6 +23,18 @@ from engine.clock import Clock
 from engine.config import StreamConfig
 from engine.errors import JetStreamError
 from engine.index import MessageIndex, seq_ranges
+from engine.messages import (
+    DEFAULT_MAX_PAYLOAD,
+    STORE_OVERHEAD,
+    AckRun,
+    InboundMessage,
+    PlainBatch,
+    PubAck,
+    PublishAnswer,
+    PublishRequest,
+    PublishResult,
+    message_size,
+)
 from engine.store.rows import RowGroup, Rows, plain_rows
 from engine.store.base import Removal, StoredMessage, StreamStore
 from engine.store.layout import partition_value
@@ -31,77 +42,6 @@ from engine.subjects import FWC, is_valid_subject
 
 if TYPE_CHECKING:
     from engine.consumer import Consumer
-
-DEFAULT_MAX_PAYLOAD = 1024 * 1024
-STORE_OVERHEAD = 16
-
-
-@dataclass(slots=True)
-class InboundMessage:
-    subject: str
-    data: bytes
-    headers: dict[str, list[str]] | None = None
-
-
-@dataclass(slots=True)
-class PubAck:
-    stream: str
-    seq: int
-    duplicate: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"stream": self.stream, "seq": self.seq}
-        if self.duplicate:
-            out["duplicate"] = True
-        return out
-
-
-PublishResult = PubAck | JetStreamError
-
-
-@dataclass(slots=True)
-class PlainBatch:
-    """Messages without headers as columns: a decoded binary batch with no Python object per message.
-
-    `data` is one Arrow binary array holding every payload once; it becomes the stored column as it is.
-    """
-
-    subjects: list[str]
-    data: pa.BinaryArray
-
-    def __len__(self) -> int:
-        return len(self.subjects)
-
-    def lengths(self) -> np.ndarray:
-        """Payload lengths from the array's offsets, without touching a payload."""
-        offsets = np.frombuffer(self.data.buffers()[1], np.int32, len(self.data) + 1, self.data.offset * 4)
-        return np.diff(offsets).astype(np.int64)
-
-    def messages(self) -> list[InboundMessage]:
-        """The same messages one by one, for the per-message path (checks a plain run cannot skip)."""
-        return list(map(InboundMessage, self.subjects, self.data.to_pylist()))
-
-
-@dataclass(slots=True, frozen=True)
-class AckRun:
-    """The PubAcks of a plain batch accepted whole: `count` consecutive sequences from `first_seq`."""
-
-    stream: str
-    first_seq: int
-    count: int
-
-    def results(self) -> list[PublishResult]:
-        return [PubAck(self.stream, seq) for seq in range(self.first_seq, self.first_seq + self.count)]
-
-
-PublishRequest = list[InboundMessage] | PlainBatch
-PublishAnswer = list[PublishResult] | AckRun
-
-
-def message_size(subject: str, headers_size: int, data_len: int) -> int:
-    """Bytes a message counts for in `max_bytes` and the stream state (memstore's formula)."""
-    return len(subject) + headers_size + data_len + STORE_OVERHEAD
-
 
 class _Accepted:
     """Columns of the messages a group commit accepts, and the removals it causes."""

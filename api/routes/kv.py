@@ -13,7 +13,7 @@ from api.sse import watch_response
 from engine import JetStream, errors
 from engine.info import rfc3339
 from engine.kv import KvEntry, Publisher
-from engine.stream import InboundMessage, PublishResult
+from engine.messages import InboundMessage, PublishResult
 
 router = APIRouter(prefix="/v1/kv")
 

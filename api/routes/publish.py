@@ -16,7 +16,7 @@ from api.body import parse_json, read_body
 from api.errors import error_response
 from api.responses import json_response
 from engine import AckRun, InboundMessage, JetStreamError, PlainBatch, PubAck, errors
-from engine.stream import PublishResult
+from engine.messages import PublishResult
 from engine import headers as hdr
 
 router = APIRouter(prefix="/v1/publish")

@@ -28,7 +28,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, WriterPropertie
 from deltalake.exceptions import TableNotFoundError
 
 from engine.index import MessageIndex
-from engine.store.rows import KIND_ARROW, KIND_PACKED, RowGroup, Rows, decode, message_at
+from engine.store.rows import KIND_ARROW, KIND_PACKED, RowGroup, Rows, decode
 from engine.store.base import Recovered, Removal, StoredMessage
 from engine.store.layout import (
     PARTITION_COLUMN,

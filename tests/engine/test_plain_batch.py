@@ -16,7 +16,7 @@ import pytest
 from deltalake import DeltaTable
 
 from engine import AckRun, EngineOptions, JetStream, JetStreamError, ManualClock, PlainBatch, PubAck
-from engine.stream import InboundMessage, PublishAnswer, PublishResult
+from engine.messages import InboundMessage, PublishAnswer, PublishResult
 from tests.conftest import reopen
 
 TOO_LARGE = 10054
