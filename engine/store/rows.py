@@ -250,16 +250,3 @@ def decode(kind: int, payload: bytes) -> RowGroup:
 def from_arrow(batch: pa.RecordBatch) -> ArrowRows:
     """A replayed Arrow record stays a batch: its payloads are not copied into Python bytes."""
     return ArrowRows(batch)
-
-
-def message_at(table: pa.RecordBatch | pa.Table, row: int) -> StoredMessage:
-    rec = table.slice(row, 1).to_pylist()[0]
-    headers = rec["headers"]
-    return StoredMessage(
-        subject=rec["subject"],
-        seq=rec["seq"],
-        ts=int(table.column("ts").cast(pa.int64())[row].as_py()) * 1000,
-        data=rec["data"] or b"",
-        headers=dict(headers) if headers else None,
-        msg_id=rec["msg_id"],
-    )
