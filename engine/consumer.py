@@ -149,7 +149,7 @@ class Consumer:
         events: list[AckEvent] = []
         self._collect_due(now, events)
         budget = max_bytes if max_bytes > 0 else None
-        again, budget = self._pick_redeliveries(batch, budget)
+        again, budget = self._pick_redeliveries(batch, budget, now, events)
         new = self._pick_new(batch - len(again), budget, max_bytes, bool(again)) if len(again) < batch else []
         ix = self.stream.index
         wanted = sorted([s for s, _ in again] + new) if again else new
@@ -179,10 +179,17 @@ class Consumer:
             ]
         return deliveries, AckEvents.concat([AckEvents.of(events), block])
 
-    def _pick_redeliveries(self, batch: int, budget: int | None) -> tuple[list[tuple[int, int]], int | None]:
-        """(stream_seq, deliveries so far) of due redeliveries, and what is left of the byte budget."""
+    def _pick_redeliveries(
+        self, batch: int, budget: int | None, now: int, events: list[AckEvent]
+    ) -> tuple[list[tuple[int, int]], int | None]:
+        """(stream_seq, deliveries so far) of due redeliveries, and what is left of the byte budget.
+
+        A queued message already delivered `max_deliver` times leaves pending here instead of being
+        delivered again (nats-server's getNextMsg: the count that would exceed it ends the message).
+        """
         picks: list[tuple[int, int]] = []
         ix = self.stream.index
+        max_deliver = self.config.max_deliver
         while len(picks) < batch and self._redeliver:
             seq = heapq.heappop(self._redeliver)
             if seq not in self._queued:  # redelivered since it was queued (a replayed nak, then its delivery)
@@ -192,6 +199,11 @@ class Consumer:
                 continue
             if not ix.is_live(seq):
                 self._drop_pending(seq)
+                continue
+            if max_deliver > 0 and self.state.deliveries.get(seq, 1) >= max_deliver:
+                event = AckEvent(EXHAUSTED, seq, 0, 0, now)
+                self.apply(event)
+                events.append(event)
                 continue
             if budget is not None and message_bytes(ix, seq) > budget:
                 self._queue_redelivery(seq)
@@ -353,14 +365,20 @@ class Consumer:
         return any(s <= seq for s in self.state.pending)
 
     def _collect_due(self, now: int, events: list[AckEvent]) -> None:
-        """Pending messages whose ack wait ran out join the redelivery queue, unless out of deliveries."""
+        """Pending messages whose ack wait ran out join the redelivery queue, unless out of deliveries.
+
+        nats-server's checkPending (hasMaxDeliveries) counts deliveries here as the redeliveries so far,
+        at least 1: only a max_deliver of 1 ends a message when its ack wait runs out; a message
+        delivered its max_deliver (> 1) times is queued and ends at the next pull (`_pick_redeliveries`),
+        staying ack-pending until then. Both are what a nats-server 2.15 consumer reports.
+        """
         max_deliver = self.config.max_deliver
         while self._due and self._due[0][0] <= now:
             deadline, seq = heapq.heappop(self._due)
             pending = self.state.pending.get(seq)
             if pending is None or pending.deadline != deadline:
                 continue
-            if max_deliver > 0 and self.state.deliveries.get(seq, 1) >= max_deliver:
+            if max_deliver > 0 and max(self.state.deliveries.get(seq, 1) - 1, 1) >= max_deliver:
                 event = AckEvent(EXHAUSTED, seq, 0, 0, now)
                 self.apply(event)
                 events.append(event)
@@ -373,7 +391,7 @@ class Consumer:
             heapq.heappush(self._redeliver, seq)
 
     def tick(self, now: int) -> list[AckEvent]:
-        """Ack timers without a pull: messages out of deliveries leave pending (max_deliver)."""
+        """Ack timers without a pull: due messages are queued, or leave pending with a max_deliver of 1."""
         events: list[AckEvent] = []
         self._collect_due(now, events)
         return events
@@ -440,7 +458,8 @@ class Consumer:
             pending = st.pending.get(e.stream_seq)
             if pending is not None:
                 pending.deadline = e.ts + e.delay
-                if e.delay:
+                if e.delay:  # redelivered when the delay is over, not sooner (nats-server leaves the queue)
+                    self._queued.discard(e.stream_seq)
                     self._push_due(pending.deadline, e.stream_seq)
                 else:
                     self._queue_redelivery(e.stream_seq)
@@ -450,8 +469,11 @@ class Consumer:
                 pending.deadline = e.ts + self.ack_wait_for(st.deliveries.get(e.stream_seq, 1))
                 self._push_due(pending.deadline, e.stream_seq)
         elif e.kind == EXHAUSTED:
+            # Out of deliveries: no longer pending, but not acknowledged either, so the ack floor stays
+            # below it until a later ack moves it (nats-server's consumer store, UpdateDelivered).
             st.exhausted.add(e.stream_seq)
-            self._drop_pending(e.stream_seq)
+            if st.pending.pop(e.stream_seq, None) is not None:
+                st.deliveries.pop(e.stream_seq, None)
 
     def _push_due(self, deadline: int, seq: int) -> None:
         heapq.heappush(self._due, (deadline, seq))
@@ -525,11 +547,18 @@ class Consumer:
             "delivered": delivered,
             "ack_floor": ack_floor,
             "num_ack_pending": len(st.pending),
-            "num_redelivered": sum(1 for s in st.pending if st.deliveries.get(s, 1) > 1),
+            "num_redelivered": self._num_redelivered(),
             "num_waiting": self.waiting,
             "num_pending": self.num_pending_after([]),
             "ts": rfc3339(now),
         }
+
+    def _num_redelivered(self) -> int:
+        """Messages delivered more than once: pending ones, and those that ran out of deliveries (nats-server
+        keeps their redelivery count; with max_deliver 1 it reports none, as there are no redeliveries)."""
+        st = self.state
+        pending = sum(1 for s in st.pending if st.deliveries.get(s, 1) > 1)
+        return pending + (len(st.exhausted) if self.config.max_deliver != 1 else 0)
 
     def snapshot(self) -> dict[str, Any]:
         st = self.state
