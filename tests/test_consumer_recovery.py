@@ -12,6 +12,7 @@ from tests.gateway import Gateway
 
 STREAM, CONSUMER, TOTAL = "WORK", "C", 3000
 ACK_WAIT = 1_500_000_000
+NS = 1_000_000_000
 
 
 def _setup(c: httpx.Client) -> None:
@@ -38,8 +39,8 @@ def _consume(url: str, stop: threading.Event, acked: set[int], lock: threading.L
                     acked.update(m["seq"] for m, r in zip(msgs, answer.json()["results"], strict=True) if r.get("ok"))
 
 
-def _info(c: httpx.Client) -> dict[str, object]:
-    info = c.get(f"/v1/streams/{STREAM}/consumers/{CONSUMER}").json()
+def _info(c: httpx.Client, stream: str = STREAM, consumer: str = CONSUMER) -> dict[str, object]:
+    info = c.get(f"/v1/streams/{stream}/consumers/{consumer}").json()
     return {k: info[k] for k in ("delivered", "ack_floor", "num_ack_pending", "num_redelivered", "num_pending")}
 
 
@@ -114,3 +115,51 @@ def test_consumer_info_is_the_same_after_a_kill(warehouse: Path) -> None:
             assert _info(c) == before
     finally:
         gw.stop()
+
+
+def test_acks_after_consumers_left_the_ack_table_survive_a_kill(warehouse: Path) -> None:
+    """The ack log's event numbering stays above the table's app transaction after consumers' rows are
+    deleted from it (one deleted, one ephemeral expired): an event numbered at or below it would be
+    taken for flushed on replay and dropped, and its ack answered OK lost."""
+    gw = Gateway(warehouse, "--flush-interval", "60").start()
+    try:
+        with gw.client() as c:
+            assert c.post("/v1/streams", json={"name": "LEFT", "subjects": ["left.>"]}).status_code == 201
+            gone = [{"durable_name": "GONE", "ack_policy": "explicit"}, {"ack_policy": "explicit", "inactive_threshold": NS // 5}]
+            names = [c.post("/v1/streams/LEFT/consumers", json=config).json()["name"] for config in gone]
+            assert c.post("/v1/streams/LEFT/consumers", json={"durable_name": "STAY", "ack_policy": "explicit"}).status_code == 201
+            assert all("seq" in a for a in c.post("/v1/publish", json={"messages": [{"subject": "left.a"}] * 20}).json()["acks"])
+            for name in names:
+                _consume_and_ack(c, "LEFT", name, 20)
+            assert c.post("/v1/flush").json()["commits"] >= 1, "the 80 events are in the ack table"
+            assert c.delete("/v1/streams/LEFT/consumers/GONE").json() == {"success": True}
+            deadline = time.monotonic() + 10
+            while c.get(f"/v1/streams/LEFT/consumers/{names[1]}").status_code != 404:
+                assert time.monotonic() < deadline, "the ephemeral consumer did not expire"
+                c.post("/v1/flush")  # the flusher's tick removes inactive consumers
+            c.post("/v1/flush")  # deletes the removed consumers' rows from the ack table
+    finally:
+        gw.stop()
+    gw = Gateway(warehouse, "--flush-interval", "60").start()
+    try:
+        with gw.client() as c:
+            _consume_and_ack(c, "LEFT", "STAY", 20)
+            before = _info(c, "LEFT", "STAY")
+            assert before["ack_floor"]["stream_seq"] == 20 and before["num_ack_pending"] == 0  # type: ignore[index]
+        gw.kill9()
+    finally:
+        gw.stop()
+    gw = Gateway(warehouse, "--flush-interval", "60").start()
+    try:
+        with gw.client() as c:
+            assert _info(c, "LEFT", "STAY") == before, "every ack answered OK before the kill is there"
+            assert c.post("/v1/streams/LEFT/consumers/STAY/next", json={"batch": 20, "no_wait": True}).json()["messages"] == []
+    finally:
+        gw.stop()
+
+
+def _consume_and_ack(c: httpx.Client, stream: str, consumer: str, n: int) -> None:
+    msgs = c.post(f"/v1/streams/{stream}/consumers/{consumer}/next", json={"batch": n, "no_wait": True}).json()["messages"]
+    assert len(msgs) == n
+    results = c.post(f"/v1/streams/{stream}/consumers/{consumer}/ack", json={"acks": [{"token": m["ack"]} for m in msgs]})
+    assert results.json()["results"] == [{"ok": True}] * n

@@ -231,7 +231,12 @@ class AckStore:
     # -- recovery -----------------------------------------------------------------------------
 
     def recover(self) -> dict[str, ConsumerHistory]:
-        """Every consumer's latest snapshot and later events, from the table and the log."""
+        """Every consumer's latest snapshot and later events, from the table and the log.
+
+        Event numbering resumes above the table's app transaction as well as above the rows and the
+        log: deleted consumers' rows leave the table, and an event numbered at or below the app
+        transaction would be taken for flushed by the next recovery and skipped.
+        """
         flushed = 0
         tables: list[pa.Table] = []
         try:
@@ -240,18 +245,22 @@ class AckStore:
             tables.append(dt.to_pyarrow_table())
         except TableNotFoundError:
             pass
+        last = flushed
         for record in self.wal.recover():
             logged = _read_record(record.kind, record.payload)
             batch = _to_batches([logged])[0]
-            if batch.num_rows and batch.column("event_seq")[-1].as_py() > flushed:
+            if not batch.num_rows:
+                continue
+            end = batch.column("event_seq")[-1].as_py()
+            last = max(last, end)
+            if end > flushed:
                 self._pending.append(logged)
                 tables.append(pa.Table.from_batches([batch]))
-        if not tables:
-            return {}
-        table = pa.concat_tables(tables).sort_by("event_seq")
-        if table.num_rows:
-            self._next_event_seq = table.column("event_seq")[-1].as_py() + 1
-        return _histories(table)
+        table = pa.concat_tables(tables).sort_by("event_seq") if tables else None
+        if table is not None and table.num_rows:
+            last = max(last, table.column("event_seq")[-1].as_py())
+        self._next_event_seq = last + 1
+        return _histories(table) if table is not None else {}
 
 
 Logged = tuple[int, list[LogItem]] | pa.RecordBatch
