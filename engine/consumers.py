@@ -2,10 +2,12 @@
 
 Consumer configs live in `_system/consumers/<stream>/<name>.json`; their state is the ack table's
 events (engine/store/acks.py), replayed on start. A pull or an ack changes state under the stream's
-lock, then its events are appended to the ack log before the caller is answered. On work-queue
-streams an acknowledged message leaves the stream at once; on interest streams a message leaves once
-no consumer that matches it still needs it, and is not kept at all when none matches. Those removals
-are tombstones, like purges. Counterpart: server/consumer.go and the retention parts of stream.go.
+lock and takes its events' place in the ack log under that lock too, so the log holds them in the
+order they changed the state (a snapshot never folds an event it does not hold); the caller is
+answered once they are written. On work-queue streams an acknowledged message leaves the stream at
+once; on interest streams a message leaves once no consumer that matches it still needs it, and is
+not kept at all when none matches. Those removals are tombstones, like purges.
+Counterpart: server/consumer.go and the retention parts of stream.go.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from engine.clock import Clock
 from engine.ack_events import NAK, AckEvent, AckEvents
 from engine.consumer import Consumer, Delivery
 from engine.consumer_config import ConsumerConfig, check_consumer_config, check_consumer_update, parse_consumer_config
-from engine.store.acks import SNAPSHOT, AckStore, EventBlock, EventRow, LogItem
+from engine.store.acks import SNAPSHOT, AckStore, EventBlock, EventRow, LogItem, Ticket
 from engine.store.files import atomic_write
 from engine.store.layout import Layout, file_name
 
@@ -169,8 +171,8 @@ class Consumers:
     def fetch(self, stream: Stream, name: str, batch: int, max_bytes: int = 0) -> list[Delivery]:
         """What a pull gets now (maybe nothing); the deliveries are logged before they are returned."""
         with stream.lock:
-            deliveries, logged = self._fetch_locked(stream, name, batch, max_bytes)
-        self.acks.append(logged)
+            deliveries, ticket = self._fetch_locked(stream, name, batch, max_bytes)
+        self.acks.wait(ticket)
         return deliveries
 
     def fetch_nowait(self, stream: Stream, name: str, batch: int, max_bytes: int = 0) -> list[Delivery] | None:
@@ -180,25 +182,25 @@ class Consumers:
         if not self._can_log_now() or not stream.lock.acquire(blocking=False):
             return None
         try:
-            deliveries, logged = self._fetch_locked(stream, name, batch, max_bytes)
+            deliveries, ticket = self._fetch_locked(stream, name, batch, max_bytes)
         finally:
             stream.lock.release()
-        self.acks.append(logged)
+        self.acks.wait(ticket)
         return deliveries
 
-    def _fetch_locked(self, stream: Stream, name: str, batch: int, max_bytes: int) -> tuple[list[Delivery], list[LogItem]]:
+    def _fetch_locked(self, stream: Stream, name: str, batch: int, max_bytes: int) -> tuple[list[Delivery], Ticket | None]:
         consumer = self.get(stream, name)
         stream.expire_now()
         deliveries, events = consumer.fetch(batch, max_bytes, self.clock.now_ns())
-        logged = self._log_items(consumer, events)
+        ticket = self.acks.enqueue(self._log_items(consumer, events))
         self._retain(stream, consumer)
-        return deliveries, logged
+        return deliveries, ticket
 
     def ack(self, stream: Stream, name: str, acks: list[tuple[str | int, str, int]]) -> list[errors.JetStreamError | None]:
         """Applies acks given by token or stream sequence; one result per ack, logged before returning."""
         with stream.lock:
-            results, logged, naked = self._ack_locked(stream, name, acks)
-        self._acked(stream, logged, naked)
+            results, ticket, naked = self._ack_locked(stream, name, acks)
+        self._acked(stream, ticket, naked)
         return results
 
     def ack_nowait(
@@ -208,10 +210,10 @@ class Consumers:
         if not self._can_log_now() or not stream.lock.acquire(blocking=False):
             return None
         try:
-            results, logged, naked = self._ack_locked(stream, name, acks)
+            results, ticket, naked = self._ack_locked(stream, name, acks)
         finally:
             stream.lock.release()
-        self._acked(stream, logged, naked)
+        self._acked(stream, ticket, naked)
         return results
 
     def _can_log_now(self) -> bool:
@@ -219,7 +221,7 @@ class Consumers:
 
     def _ack_locked(
         self, stream: Stream, name: str, acks: list[tuple[str | int, str, int]]
-    ) -> tuple[list[errors.JetStreamError | None], list[LogItem], bool]:
+    ) -> tuple[list[errors.JetStreamError | None], Ticket | None, bool]:
         """Runs of acks of one kind and delay go to the consumer together (`Consumer.ack_many`).
         Also says whether a nak was among them (waiting pulls are woken for the redelivery)."""
         consumer = self.get(stream, name)
@@ -245,11 +247,12 @@ class Consumers:
             for at, result in zip(where, outcome, strict=True):
                 results[at] = result
             blocks.append(events)
+        ticket = self.acks.enqueue(self._log_items(consumer, AckEvents.concat(blocks)))
         self._retain(stream, consumer)
-        return results, self._log_items(consumer, AckEvents.concat(blocks)), naked
+        return results, ticket, naked
 
-    def _acked(self, stream: Stream, logged: list[LogItem], naked: bool) -> None:
-        self.acks.append(logged)
+    def _acked(self, stream: Stream, ticket: Ticket | None, naked: bool) -> None:
+        self.acks.wait(ticket)
         if naked:
             self._notify(stream)
 
@@ -315,6 +318,7 @@ class Consumers:
         now = self.clock.now_ns()
         for stream in streams:
             rows: list[LogItem] = []
+            ticket = None
             with stream.lock:
                 for consumer in list(stream.consumers.values()):
                     threshold = consumer.config.inactive_threshold
@@ -325,7 +329,8 @@ class Consumers:
                     rows += self._log_items(consumer, AckEvents.of(consumer.tick(now)))
                     if consumer.events_since_snapshot >= SNAPSHOT_EVERY and stream.config.storage == "file":
                         rows.append(self.snapshot_row(consumer, now))
-            self.acks.append(rows)
+                ticket = self.acks.enqueue(rows)
+            self.acks.wait(ticket)
 
     def snapshot_row(self, consumer: Consumer, now: int) -> EventRow:
         consumer.events_since_snapshot = 0

@@ -18,7 +18,9 @@ In = TypeVar("In")
 Out = TypeVar("Out")
 
 
-class _Request(Generic[In, Out]):
+class Request(Generic[In, Out]):
+    """One caller's items in a round, and what the round answered them."""
+
     __slots__ = ("items", "results", "error", "done")
 
     def __init__(self, items: list[In]) -> None:
@@ -32,7 +34,7 @@ class GroupCommit(Generic[In, Out]):
     def __init__(self, process: Callable[[list[list[In]]], list[list[Out]]]) -> None:
         self._process = process
         self._cv = threading.Condition()
-        self._queue: list[_Request[In, Out]] = []
+        self._queue: list[Request[In, Out]] = []
         self._leading = False
         self.rounds = 0
         self.requests = 0
@@ -43,9 +45,19 @@ class GroupCommit(Generic[In, Out]):
         return not self._leading and not self._queue
 
     def submit(self, items: list[In]) -> list[Out]:
-        request: _Request[In, Out] = _Request(items)
+        return self.wait(self.enqueue(items))
+
+    def enqueue(self, items: list[In]) -> Request[In, Out]:
+        """Queues `items` without waiting: rounds keep the order of `enqueue` calls, so a caller that
+        enqueues under its own lock gets the order of its state changes in the log."""
+        request: Request[In, Out] = Request(items)
         with self._cv:
             self._queue.append(request)
+        return request
+
+    def wait(self, request: Request[In, Out]) -> list[Out]:
+        """The results of an enqueued request; leads a round if no one else is."""
+        with self._cv:
             while self._leading and not request.done:
                 self._cv.wait()
             if request.done:
@@ -69,7 +81,7 @@ class GroupCommit(Generic[In, Out]):
         return self._result(request)
 
     @staticmethod
-    def _result(request: _Request[In, Out]) -> list[Out]:
+    def _result(request: Request[In, Out]) -> list[Out]:
         if request.error is not None:
             raise request.error
         return request.results

@@ -23,7 +23,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from engine.ack_events import AckEvent, AckEvents
-from engine.pipeline import GroupCommit
+from engine.pipeline import GroupCommit, Request
 from engine.store import ack_log
 from engine.store.delta import ensure_table
 from engine.store.layout import ACK_SCHEMA, ACK_TABLE_PROPERTIES, Layout
@@ -62,6 +62,7 @@ class EventBlock:
 
 
 LogItem = EventRow | EventBlock
+Ticket = Request[LogItem, int]
 
 
 @dataclass
@@ -148,9 +149,18 @@ class AckStore:
 
     def append(self, items: list[LogItem]) -> None:
         """Makes the events durable (per the sync policy); concurrent callers share one log write."""
+        self.wait(self.enqueue(items))
+
+    def enqueue(self, items: list[LogItem]) -> Ticket | None:
+        """Takes the events' place in the log without waiting for the write: called under the stream's
+        lock, the log order is the order in which the events changed the consumers' state."""
         items = [i for i in items if isinstance(i, EventRow) or len(i)]
-        if items:
-            self._commit.submit(items)
+        return self._commit.enqueue(items) if items else None
+
+    def wait(self, ticket: Ticket | None) -> None:
+        """Returns once the enqueued events are durable (per the sync policy)."""
+        if ticket is not None:
+            self._commit.wait(ticket)
 
     @property
     def idle(self) -> bool:
