@@ -34,6 +34,12 @@ For each system, on a fresh server:
            against nats' fetch(1) figures.
   low rate the same at 100 msgs/s (500 messages, 200 with --quick), durable L2: `latency_low_rate_*`,
            the latency of a server that is not saturated.
+  waits    (JetLake) how long pulls wait, on an idle durable W (`wait_*`, moved here from the API tests'
+           timing bounds): a `no_wait` pull with nothing to deliver (`wait_no_wait_ms`, p50 and max of
+           20, each given expires 60 s, which it must not wait for); a pull of 5 with one message and
+           expires 0.5 s (`wait_partial_batch_s`, goal 0.45-3 s: it waits for expires, then answers); a
+           pull with nothing and expires 0.2 s (`wait_empty_s`, goal < 2 s); one pull waiting with expires
+           10 s, woken by a single publish (`wait_wake_ms`, publish answered -> pull answered, goal < 1 s).
 
 Also per phase: `*_server_cpu_s` / `*_client_cpu_s` (CPU seconds of the server and of the clients
 during the phase: with 2 cores, a server near 1 CPU-second per second is saturated on its GIL), and
@@ -86,6 +92,7 @@ from common import (  # noqa: E402
     top_snapshot,
 )
 
+NS = 1_000_000_000
 STREAM = "BENCH"
 PAYLOAD_SIZE = 1024
 POOL_SIZE = 4096  # distinct random payloads (4 MiB), cycled by the loaders
@@ -789,6 +796,47 @@ def jl_consumer_state(port: int, name: str) -> dict:
             "delivered_stream_seq": (info.get("delivered") or {}).get("stream_seq")}
 
 
+def waits_phase(port: int, out: dict) -> None:
+    """How long pulls wait (no_wait, a partial batch, nothing, a wake-up): durable W on subject bench.wait."""
+    jl_create_consumer(port, {"durable_name": "W", "ack_policy": "none", "deliver_policy": "new",
+                              "filter_subject": "bench.wait"})
+    path = f"/v1/streams/{STREAM}/consumers/W"
+
+    def timed_pull(body: dict) -> tuple[float, list]:
+        t0 = time.monotonic()
+        st, got = http_call(port, "POST", f"{path}/next", body, timeout=70)
+        if st != 200:
+            raise RuntimeError(f"pull {body} -> {st} {got}")
+        return time.monotonic() - t0, got["messages"]
+
+    no_wait = sorted(int(timed_pull({"batch": 1, "no_wait": True, "expires": 60 * NS})[0] * 1e9) for _ in range(20))
+    out["wait_no_wait_ms"] = {"p50": pct_ms(no_wait, 0.5), "max": pct_ms(no_wait, 1.0)}
+    http_call(port, "POST", "/v1/publish/bench.wait", None)
+    wait, got = timed_pull({"batch": 5, "expires": NS // 2})
+    out["wait_partial_batch_s"] = round(wait, 3)
+    out["wait_partial_batch_msgs"] = len(got)
+    wait, got = timed_pull({"batch": 5, "expires": NS // 5})
+    out["wait_empty_s"] = round(wait, 3)
+    out["wait_empty_msgs"] = len(got)
+    answered: list[float] = []
+
+    def wait_for_one() -> None:
+        if timed_pull({"batch": 1, "expires": 10 * NS})[1]:
+            answered.append(time.monotonic())
+
+    puller = threading.Thread(target=wait_for_one)
+    puller.start()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (http_call(port, "GET", path)[1] or {}).get("num_waiting") != 1:
+        time.sleep(0.01)
+    http_call(port, "POST", "/v1/publish/bench.wait", None)
+    published = time.monotonic()
+    puller.join(15)
+    out["wait_wake_ms"] = round((answered[0] - published) * 1000, 1) if answered else None
+    log(f"waits: no_wait {out['wait_no_wait_ms']} ms, partial batch {out['wait_partial_batch_s']:.3f} s, "
+        f"empty {out['wait_empty_s']:.3f} s, wake {out['wait_wake_ms']} ms")
+
+
 def bench_jetlake(args, sizes: Sizes, workdir: Path) -> dict:
     out: dict = {}
     jetlake = Path(args.jetlake)
@@ -843,6 +891,7 @@ def bench_jetlake(args, sizes: Sizes, workdir: Path) -> dict:
         jl_create_consumer(port, {"durable_name": "L2", "ack_policy": "none", "deliver_policy": "new"})
         latency_phase(jl_latency_worker, port, "L2", sizes.low_n, sizes.low_rate, sizes.cap_low, p.pid, out,
                       prefix="latency_low_rate")
+        waits_phase(port, out)
         out["gateway_rss_mb"] = rss_mb(p.pid)
     except Exception as e:  # noqa: BLE001
         out["error"] = f"{type(e).__name__}: {e}"
@@ -1065,6 +1114,10 @@ def main() -> int:
                                    nt.get("one_client_msgs_s")),
         "four_clients_no_duplicates": goal(lambda d: d == 0, jl.get("four_clients_duplicates")),
         "four_clients_complete": goal(lambda a: a == sizes.total, jl.get("four_clients_acked")),
+        "no_wait_under_1s": goal(lambda w: w["max"] < 1000, jl.get("wait_no_wait_ms")),
+        "partial_batch_waits_for_expires": goal(lambda t: 0.45 <= t < 3, jl.get("wait_partial_batch_s")),
+        "empty_pull_ends_at_expires": goal(lambda t: t < 2, jl.get("wait_empty_s")),
+        "wake_under_1s": goal(lambda w: w < 1000, jl.get("wait_wake_ms")),
     }
     result["duration_s"] = round(time.monotonic() - t0, 1)
     result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
