@@ -15,7 +15,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.responses import json_response
-from engine.errors import ErrorCode, JetStreamError
+from engine.errors import ErrorCode, JetStreamError, StreamNotFoundError, invalid_stream_name
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +57,25 @@ def install(app: FastAPI) -> None:
         if exc.status_code == 404 and request.url.path.startswith("/v1/publish/"):
             # The route's path pattern stops at a newline: such a subject is invalid, not a missing route.
             return error_response(JetStreamError(400, ErrorCode.BAD_REQUEST, "invalid publish subject"))
+        if exc.status_code == 404 and _stream_name_has_a_slash(request):
+            return error_response(_slashed_stream_name(request))
         return error_response(JetStreamError(exc.status_code, ErrorCode.BAD_REQUEST, str(exc.detail).lower()))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
         return answer(request, exc)
+
+
+def _stream_name_has_a_slash(request: Request) -> bool:
+    """`/v1/streams/a%2Fb...`: the router decodes the `/` and finds no route; the name is what is wrong."""
+    raw: bytes = request.scope.get("raw_path") or b""
+    if not raw.startswith(b"/v1/streams/"):
+        return False
+    return b"%2f" in raw[len(b"/v1/streams/") :].split(b"/", 1)[0].lower()
+
+
+def _slashed_stream_name(request: Request) -> JetStreamError:
+    """nats-server's answer for a stream name with a `/`: no such stream, or for an update its config check."""
+    if request.method == "PUT" and request.scope["raw_path"].count(b"/") == 3:
+        return invalid_stream_name()
+    return StreamNotFoundError()

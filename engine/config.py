@@ -182,7 +182,7 @@ def validate_name(name: str) -> None:
     if name and ("/" in name or "\\" in name):
         raise errors.name_has_path_separators()
     if not name or _NAME_FORBIDDEN.search(name):
-        raise errors.invalid_config("stream name is required and can not contain '.', '*', '>', '\\', '/'")
+        raise errors.invalid_stream_name()
     if len(name.encode()) > MAX_NAME_LEN:
         raise errors.invalid_config(f"stream name is too long, maximum allowed is {MAX_NAME_LEN}")
 

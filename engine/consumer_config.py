@@ -60,6 +60,7 @@ class ConsumerErrorCode(IntEnum):
         return errors.JetStreamError(400, self, self.description.format(**args))
 
     CONSUMER_CREATE = 10012, "{err}"
+    DURABLE_NAME_NOT_MATCH_SUBJECT = 10017, "consumer name in subject does not match durable name in request"
     PULL_REQUIRES_ACK = 10084, "consumer in pull mode requires explicit ack policy on workqueue stream"
     PULL_WITH_RATE_LIMIT = 10086, "consumer in pull mode can not have rate limit set"
     HEARTBEAT_REQUIRES_PUSH = 10088, "consumer idle heartbeat requires a push based consumer"

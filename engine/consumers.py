@@ -28,7 +28,7 @@ from engine import errors
 from engine.clock import Clock
 from engine.ack_events import NAK, AckEvent, AckEvents
 from engine.consumer import Consumer, Delivery
-from engine.consumer_config import ConsumerConfig, check_consumer_config, check_consumer_update, parse_consumer_config
+from engine.consumer_config import ConsumerConfig, ConsumerErrorCode, check_consumer_config, check_consumer_update, parse_consumer_config
 from engine.store.acks import SNAPSHOT, AckStore, EventBlock, EventRow, LogItem, Ticket
 from engine.store.files import atomic_write
 from engine.store.layout import Layout, file_name
@@ -76,7 +76,7 @@ class Consumers:
         config = parse_consumer_config(body)
         name = config.durable_name or config.name
         if consumer_name is not None and name and name != consumer_name:
-            raise errors.bad_request("consumer name in the path does not match the configuration")
+            raise ConsumerErrorCode.DURABLE_NAME_NOT_MATCH_SUBJECT.error()
         ephemeral = not config.durable_name
         with stream.lock:
             others = [c.config for n, c in stream.consumers.items() if n != name]
@@ -100,7 +100,7 @@ class Consumers:
     def update(self, stream: Stream, name: str, body: dict[str, Any]) -> dict[str, Any]:
         config = parse_consumer_config(body)
         if any(given and given != name for given in (config.durable_name, config.name)):
-            raise errors.bad_request("the consumer name in the configuration does not match the one in the path")
+            raise ConsumerErrorCode.DURABLE_NAME_NOT_MATCH_SUBJECT.error()
         with stream.lock:
             consumer = self.get(stream, name)
             others = [c.config for n, c in stream.consumers.items() if n != name]

@@ -100,6 +100,10 @@ def invalid_config(detail: str) -> JetStreamError:
     return JetStreamError(400, ErrorCode.STREAM_INVALID_CONFIG, detail)
 
 
+def invalid_stream_name() -> JetStreamError:
+    return invalid_config("stream name is required and can not contain '.', '*', '>', '\\', '/'")
+
+
 def pedantic(detail: str) -> JetStreamError:
     return JetStreamError(400, ErrorCode.PEDANTIC, f"pedantic mode: {detail}")
 

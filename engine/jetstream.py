@@ -184,6 +184,8 @@ class JetStream:
 
     def update_stream(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
         config, pedantic = parse_stream_config(body)
+        if "/" in name or "\\" in name:  # only a create answers 10128; an update's name check is checkStreamCfg's
+            raise errors.invalid_stream_name()
         if config.name and config.name != name:
             raise errors.stream_mismatch()
         config.name = name

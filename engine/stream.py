@@ -342,7 +342,7 @@ class Stream:
     def _check_expected_sequences(self, subject: str, h: dict[str, list[str]]) -> None:
         expected_last = hdr.first(h, hdr.EXPECTED_LAST_SEQ)
         if expected_last is not None:
-            if _parse_seq(expected_last, hdr.EXPECTED_LAST_SEQ) != self.index.last_seq:
+            if _parse_seq(expected_last) != self.index.last_seq:
                 raise errors.WrongLastSequenceError(self.index.last_seq)
         expected_subject_seq = hdr.first(h, hdr.EXPECTED_LAST_SUBJECT_SEQ)
         check_subject = hdr.first(h, hdr.EXPECTED_LAST_SUBJECT_SEQ_SUBJECT)
@@ -351,7 +351,7 @@ class Stream:
             if not is_valid_subject(target):
                 raise errors.bad_request(f"invalid {hdr.EXPECTED_LAST_SUBJECT_SEQ_SUBJECT}")
             last = self.index.last_seq_for(target)
-            if _parse_seq(expected_subject_seq, hdr.EXPECTED_LAST_SUBJECT_SEQ) != last:
+            if _parse_seq(expected_subject_seq) != last:
                 raise errors.WrongLastSequenceError(last)
         elif check_subject is not None:
             raise errors.expected_subject_alone()
@@ -572,7 +572,7 @@ class Stream:
                 raise errors.msg_delete_failed("message delete not permitted")
             self._expire(self.clock.now_ns())
             if seq <= 0:
-                raise errors.bad_request("a message sequence must be a positive integer")
+                raise errors.msg_delete_failed("no message found")  # nats-server's answer to a delete of 0
             if seq > self.index.last_seq:
                 raise errors.msg_delete_failed("stream store EOF")
             if not self.index.is_live(seq):
@@ -623,14 +623,11 @@ class Stream:
             return len(seqs)
 
 
-def _parse_seq(value: str, header: str) -> int:
-    try:
-        seq = int(value.strip())
-    except ValueError:
-        raise errors.bad_request(f"invalid {header} header: {value!r}") from None
-    if seq < 0:
-        raise errors.bad_request(f"invalid {header} header: {value!r}")
-    return seq
+def _parse_seq(value: str) -> int:
+    """An expected sequence from a header; -1, which no sequence equals, when it is not a decimal number:
+    nats-server's parseInt64 gives -1 too, so such a publish is refused as a wrong last sequence (10071)."""
+    value = value.strip()
+    return int(value) if value.isascii() and value.isdigit() else -1
 
 
 def _check_filter(subject: str) -> None:
