@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import itertools
 import json
 import socket
@@ -16,8 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from engine.store.layout import Layout
 from tests.gateway import Gateway
 
 CHUNK = 1024
@@ -401,3 +405,60 @@ def test_gateway_killed_mid_upload_leaves_no_chunks(gateway: Gateway) -> None:
         assert [o["name"] for o in c.get("/v1/objects/k/list").json()["objects"]] == ["kept"]
         assert_error(c.get("/v1/objects/k/info/cut"), 404, 10037)
         assert c.get("/v1/objects/k/data/kept").content == payload(300_000)
+
+
+def _corrupt_one_chunk(warehouse: Path, bucket: str, nuid: str, index: int) -> None:
+    """Flips one byte of the object's `index`-th chunk in its Parquet file, which stays a readable file of
+    the size the Delta log records (rewritten smaller, then padded between its pages and its footer):
+    only the digest can tell."""
+    subject = f"$O.{bucket}.C.{nuid}"
+    table = Layout(warehouse).stream_table(f"OBJ_{bucket}")
+    for path in sorted(p for p in table.rglob("*.parquet") if "_delta_log" not in p.parts):
+        rows = pq.read_table(path)
+        chunks = [i for i, s in enumerate(rows.column("subject").to_pylist()) if s == subject]
+        if not chunks:
+            continue
+        data = rows.column("data").to_pylist()
+        row = chunks[index]
+        data[row] = bytes([data[row][0] ^ 0xFF]) + data[row][1:]
+        at = rows.schema.get_field_index("data")
+        out = io.BytesIO()
+        changed = rows.set_column(at, rows.schema.field(at), pa.array(data, rows.schema.field(at).type))
+        pq.write_table(changed, out, compression="zstd", compression_level=19, write_statistics=False, store_schema=False)
+        raw, size = out.getvalue(), path.stat().st_size
+        assert len(raw) <= size, "the rewritten file must fit the size in the Delta log"
+        footer = len(raw) - 8 - int.from_bytes(raw[-8:-4], "little")
+        path.write_bytes(raw[:footer] + bytes(size - len(raw)) + raw[footer:])
+        return
+    raise AssertionError(f"no Parquet file holds {subject}")
+
+
+def text_payload(size: int, name: str) -> bytes:
+    """Compressible bytes that differ from one chunk to the next."""
+    lines = b"".join(f"{name} line {i:06d}\n".encode() for i in range(size // 10 + 1))
+    return lines[:size]
+
+
+def test_a_corrupted_chunk_ends_the_get_short(gateway: Gateway) -> None:
+    """README: a GET is verified by its digest. A chunk altered on disk (still a readable file) makes the
+    response end before its Content-Length, without its last chunk; an intact object of the same file
+    is served whole, and the gateway keeps serving."""
+    data, intact = text_payload(16 * CHUNK, "bad"), text_payload(3 * CHUNK, "good")
+    with gateway.client() as c:
+        c.post("/v1/objects", json={"bucket": "z"}).raise_for_status()
+        info = c.put("/v1/objects/z/data/bad", params={"chunk_size": CHUNK}, content=data).json()
+        c.put("/v1/objects/z/data/good", params={"chunk_size": CHUNK}, content=intact).raise_for_status()
+    gateway.stop()  # flushes every chunk to the Delta table; the restart reads them from its files
+    _corrupt_one_chunk(gateway.warehouse, "z", info["nuid"], 2)
+    gateway.start()
+    with gateway.client() as c:
+        received = b""
+        with pytest.raises(httpx.HTTPError):  # the peer closed the connection before the declared length
+            with c.stream("GET", "/v1/objects/z/data/bad") as got:
+                assert (got.status_code, got.headers["content-length"]) == (200, str(len(data)))
+                for piece in got.iter_raw():
+                    received += piece
+        assert len(received) < len(data) and data.startswith(received[: 2 * CHUNK])
+        assert received[2 * CHUNK : 3 * CHUNK] != data[2 * CHUNK : 3 * CHUNK], "the altered chunk was read back"
+        assert c.get("/v1/objects/z/data/good").content == intact
+        assert c.get("/healthz").status_code == 200
