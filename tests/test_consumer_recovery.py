@@ -170,3 +170,59 @@ def _consume_and_ack(c: httpx.Client, stream: str, consumer: str, n: int) -> Non
     assert len(msgs) == n
     results = c.post(f"/v1/streams/{stream}/consumers/{consumer}/ack", json={"acks": [{"token": m["ack"]} for m in msgs]})
     assert results.json()["results"] == [{"ok": True}] * n
+
+
+def test_interest_and_workqueue_removals_survive_a_kill(warehouse: Path) -> None:
+    """Messages removed by acks (work queue) or by the last interested consumer's ack (interest), and
+    ones an interest stream never kept, stay removed after kill -9: some were committed to the table
+    before the kill, the rest only logged."""
+    gw = Gateway(warehouse, "--flush-interval", "60").start()
+    try:
+        with gw.client() as c:
+            for name, retention in (("WQ", "workqueue"), ("INT", "interest")):
+                assert c.post("/v1/streams", json={"name": name, "subjects": [f"{name.lower()}.>"], "retention": retention}).status_code == 201
+            assert c.post("/v1/publish/int.a", content=b"nobody listens").json()["seq"] == 1
+            for consumer, stream in (("W", "WQ"), ("A", "INT"), ("B", "INT")):
+                config = {"durable_name": consumer, "ack_policy": "explicit"}
+                assert c.post(f"/v1/streams/{stream}/consumers", json=config).status_code == 201
+            for stream in ("WQ", "INT"):
+                acks = c.post("/v1/publish", json={"messages": [{"subject": f"{stream.lower()}.a"}] * 20}).json()["acks"]
+                assert all("seq" in a for a in acks)
+            _consume_and_ack_seqs(c, "WQ", "W", [1, 2, 3, 4, 5])
+            _consume_and_ack_seqs(c, "INT", "A", list(range(2, 22)))
+            _consume_and_ack_seqs(c, "INT", "B", [2, 3, 4])
+            assert c.post("/v1/flush").json()["commits"] >= 1  # these removals reach the tables
+            _consume_and_ack_seqs(c, "WQ", "W", [6, 7, 8])  # these only the log
+            _consume_and_ack_seqs(c, "INT", "B", [5, 6])
+            before = {s: _state(c, s) for s in ("WQ", "INT")}
+            assert before["WQ"] == {"messages": 12, "first_seq": 9, "last_seq": 20}
+            assert before["INT"] == {"messages": 15, "first_seq": 7, "last_seq": 21}
+        gw.kill9()
+    finally:
+        gw.stop()
+    gw = Gateway(warehouse, "--flush-interval", "60").start()
+    try:
+        with gw.client() as c:
+            assert {s: _state(c, s) for s in ("WQ", "INT")} == before
+            for stream, gone in (("WQ", range(1, 9)), ("INT", range(1, 7))):
+                for seq in gone:
+                    assert c.get(f"/v1/streams/{stream}/messages/{seq}").status_code == 404, (stream, seq)
+            wq = c.post("/v1/streams/WQ/consumers/W/next", json={"batch": 20, "no_wait": True}).json()["messages"]
+            assert [m["seq"] for m in wq] == list(range(9, 21)), "only the unacknowledged work is delivered"
+            b = c.post("/v1/streams/INT/consumers/B/next", json={"batch": 20, "no_wait": True}).json()["messages"]
+            assert [m["seq"] for m in b] == list(range(7, 22))
+    finally:
+        gw.stop()
+
+
+def _consume_and_ack_seqs(c: httpx.Client, stream: str, consumer: str, seqs: list[int]) -> None:
+    """Pulls exactly `seqs` (the next ones the consumer has) and acks them."""
+    msgs = c.post(f"/v1/streams/{stream}/consumers/{consumer}/next", json={"batch": len(seqs), "no_wait": True}).json()["messages"]
+    assert [m["seq"] for m in msgs] == seqs
+    answer = c.post(f"/v1/streams/{stream}/consumers/{consumer}/ack", json={"acks": [{"token": m["ack"]} for m in msgs]})
+    assert answer.json()["results"] == [{"ok": True}] * len(seqs)
+
+
+def _state(c: httpx.Client, stream: str) -> dict[str, int]:
+    state = c.get(f"/v1/streams/{stream}").json()["state"]
+    return {k: state[k] for k in ("messages", "first_seq", "last_seq")}

@@ -75,6 +75,32 @@ def test_same_answers_as_the_json_batch(c: httpx.Client) -> None:
     assert [a["error"]["err_code"] for a in binary_acks[1:]] == [NOT_FOUND, BAD_REQUEST, TOO_LARGE]
 
 
+@pytest.mark.parametrize("per_subject", [True, False], ids=["discard_new_per_subject", "drops_the_oldest"])
+def test_max_msgs_per_subject_on_the_columnar_path(c: httpx.Client, per_subject: bool) -> None:
+    """discard new with discard_new_per_subject refuses a subject's message past its limit (503 10077);
+    without it the limit drops the subject's oldest. Binary batches (the columnar path) answer and store
+    exactly as JSON batches of the same messages do, on twin streams."""
+    messages = [("a", b"1"), ("a", b"2"), ("a", b"3"), ("b", b"4"), ("a", b"5")]
+    answers, kept = [], []
+    for encoding in ("binary", "json"):
+        name = f"PS_{encoding}_{per_subject}"
+        config = {"name": name, "subjects": [f"{name}.>"], "discard": "new", "max_msgs_per_subject": 2,
+                  "discard_new_per_subject": per_subject}
+        assert c.post("/v1/streams", json=config).status_code == 201
+        batch = [(f"{name}.{s}", d, None) for s, d in messages]
+        if encoding == "binary":
+            resp = post(c, encode(batch))
+        else:
+            resp = c.post("/v1/publish", json={"messages": [{"subject": s, "data": base64.b64encode(d).decode()} for s, d, _ in batch]})
+        assert resp.status_code == 200, resp.text
+        answers.append([a.get("seq", a.get("error")) for a in resp.json()["acks"]])
+        info = c.get(f"/v1/streams/{name}", params={"subjects_filter": ">"}).json()["state"]
+        kept.append(({k.rsplit(".", 1)[1]: n for k, n in info["subjects"].items()}, info["messages"]))
+    full = {"code": 503, "err_code": 10077, "description": "maximum messages per subject exceeded"}
+    assert answers[0] == answers[1] == ([1, 2, full, 3, full] if per_subject else [1, 2, 3, 4, 5])
+    assert kept[0] == kept[1] == ({"a": 2, "b": 1}, 3)
+
+
 def test_per_message_errors(c: httpx.Client) -> None:
     before = state(c)
     els = "Nats-Expected-Last-Sequence"

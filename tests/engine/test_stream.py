@@ -65,6 +65,30 @@ def test_duplicate_window_and_deletions_survive_a_restart(engine: list[JetStream
     assert _ack(js.publish_one("s.0", b"new")).seq == 7
 
 
+def test_duplicate_window_expires_after_a_restart(engine: list[JetStream], clock: ManualClock) -> None:
+    """The window rebuilt at start keeps each id for the rest of its own window from its publish time:
+    a restart neither forgets a recent id nor keeps an expired one."""
+    js = engine[0]
+    js.add_stream({"name": "S", "subjects": ["s"], "duplicate_window": 2 * SECOND})
+
+    def pub(msg_id: str) -> PubAck:
+        return _ack(js.publish_one("s", b"x", {"Nats-Msg-Id": [msg_id]}))
+
+    assert pub("m1") == PubAck("S", 1)
+    clock.advance(SECOND)
+    assert pub("m2") == PubAck("S", 2)
+    engine[0] = js = reopen(js, clock)
+    assert (pub("m1"), pub("m2")) == (PubAck("S", 1, duplicate=True), PubAck("S", 2, duplicate=True))
+    clock.advance(SECOND + SECOND // 2)  # m1 is 2.5 s old, out of the window; m2 1.5 s, still in it
+    engine[0] = js = reopen(js, clock)
+    assert pub("m1") == PubAck("S", 3), "an id whose window ran out before the restart is not a duplicate"
+    assert pub("m2") == PubAck("S", 2, duplicate=True)
+    clock.advance(SECOND)  # m2 is 2.5 s old: its window runs out after the restart
+    assert pub("m2") == PubAck("S", 4)
+    engine[0] = js = reopen(js, clock)
+    assert (pub("m1"), pub("m2")) == (PubAck("S", 3, duplicate=True), PubAck("S", 4, duplicate=True))
+
+
 def test_memory_streams_are_gone_after_a_restart(engine: list[JetStream], clock: ManualClock) -> None:
     js = engine[0]
     js.add_stream({"name": "MEM", "subjects": ["mem"], "storage": "memory"})
