@@ -28,7 +28,13 @@ from engine import errors
 from engine.clock import Clock
 from engine.ack_events import NAK, AckEvent, AckEvents
 from engine.consumer import Consumer, Delivery
-from engine.consumer_config import ConsumerConfig, ConsumerErrorCode, check_consumer_config, check_consumer_update, parse_consumer_config
+from engine.consumer_config import (
+    ConsumerConfig,
+    ConsumerErrorCode,
+    check_consumer_config,
+    check_consumer_update,
+    parse_consumer_config,
+)
 from engine.store.acks import SNAPSHOT, AckStore, EventBlock, EventRow, LogItem, Ticket
 from engine.store.files import atomic_write
 from engine.store.layout import Layout, file_name
@@ -188,7 +194,9 @@ class Consumers:
         self.acks.wait(ticket)
         return deliveries
 
-    def _fetch_locked(self, stream: Stream, name: str, batch: int, max_bytes: int) -> tuple[list[Delivery], Ticket | None]:
+    def _fetch_locked(
+        self, stream: Stream, name: str, batch: int, max_bytes: int
+    ) -> tuple[list[Delivery], Ticket | None]:
         consumer = self.get(stream, name)
         stream.expire_now()
         deliveries, events = consumer.fetch(batch, max_bytes, self.clock.now_ns())

@@ -132,9 +132,13 @@ def test_acks_after_consumers_left_the_ack_table_survive_a_kill(warehouse: Path)
     try:
         with gw.client() as c:
             assert c.post("/v1/streams", json={"name": "LEFT", "subjects": ["left.>"]}).status_code == 201
-            gone = [{"durable_name": "GONE", "ack_policy": "explicit"}, {"ack_policy": "explicit", "inactive_threshold": NS // 5}]
+            gone = [
+                {"durable_name": "GONE", "ack_policy": "explicit"},
+                {"ack_policy": "explicit", "inactive_threshold": NS // 5},
+            ]
             names = [c.post("/v1/streams/LEFT/consumers", json=config).json()["name"] for config in gone]
-            assert c.post("/v1/streams/LEFT/consumers", json={"durable_name": "STAY", "ack_policy": "explicit"}).status_code == 201
+            stay = {"durable_name": "STAY", "ack_policy": "explicit"}
+            assert c.post("/v1/streams/LEFT/consumers", json=stay).status_code == 201
             assert all("seq" in a for a in c.post("/v1/publish", json={"messages": [{"subject": "left.a"}] * 20}).json()["acks"])
             for name in names:
                 _consume_and_ack(c, "LEFT", name, 20)
@@ -180,7 +184,8 @@ def test_interest_and_workqueue_removals_survive_a_kill(warehouse: Path) -> None
     try:
         with gw.client() as c:
             for name, retention in (("WQ", "workqueue"), ("INT", "interest")):
-                assert c.post("/v1/streams", json={"name": name, "subjects": [f"{name.lower()}.>"], "retention": retention}).status_code == 201
+                config = {"name": name, "subjects": [f"{name.lower()}.>"], "retention": retention}
+                assert c.post("/v1/streams", json=config).status_code == 201
             assert c.post("/v1/publish/int.a", content=b"nobody listens").json()["seq"] == 1
             for consumer, stream in (("W", "WQ"), ("A", "INT"), ("B", "INT")):
                 config = {"durable_name": consumer, "ack_policy": "explicit"}
@@ -217,7 +222,8 @@ def test_interest_and_workqueue_removals_survive_a_kill(warehouse: Path) -> None
 
 def _consume_and_ack_seqs(c: httpx.Client, stream: str, consumer: str, seqs: list[int]) -> None:
     """Pulls exactly `seqs` (the next ones the consumer has) and acks them."""
-    msgs = c.post(f"/v1/streams/{stream}/consumers/{consumer}/next", json={"batch": len(seqs), "no_wait": True}).json()["messages"]
+    pull = {"batch": len(seqs), "no_wait": True}
+    msgs = c.post(f"/v1/streams/{stream}/consumers/{consumer}/next", json=pull).json()["messages"]
     assert [m["seq"] for m in msgs] == seqs
     answer = c.post(f"/v1/streams/{stream}/consumers/{consumer}/ack", json={"acks": [{"token": m["ack"]} for m in msgs]})
     assert answer.json()["results"] == [{"ok": True}] * len(seqs)

@@ -43,7 +43,8 @@ def _fsyncs(pid: int, out: Path) -> Iterator[list[str]]:
     deadline = time.monotonic() + 10
     while not out.exists() or not _threads_attached(pid, tracer.pid):
         if tracer.poll() is not None:
-            pytest.skip(f"strace cannot attach to the gateway: {tracer.stderr.read().decode()[-300:] if tracer.stderr else ''}")
+            why = tracer.stderr.read().decode()[-300:] if tracer.stderr else ""
+            pytest.skip(f"strace cannot attach to the gateway: {why}")
         assert time.monotonic() < deadline, "strace did not attach"
         time.sleep(0.05)
     paths: list[str] = []
@@ -70,7 +71,8 @@ def _publish_and_ack(c: httpx.Client, n: int) -> list[int]:
         seqs.append(answer.json()["seq"])
     for _ in range(n):
         [msg] = c.post("/v1/streams/FLAGS/consumers/C/next", json={"batch": 1, "no_wait": True}).json()["messages"]
-        assert c.post("/v1/streams/FLAGS/consumers/C/ack", json={"acks": [{"token": msg["ack"]}]}).json() == {"results": [{"ok": True}]}
+        answer = c.post("/v1/streams/FLAGS/consumers/C/ack", json={"acks": [{"token": msg["ack"]}]})
+        assert answer.json() == {"results": [{"ok": True}]}
     return seqs
 
 

@@ -138,7 +138,8 @@ def _split(items: list[InboundMessage | JetStreamError]) -> tuple[list[InboundMe
 def _parse_batch(raw: bytes) -> list[Any]:
     body = parse_json(raw)
     if not isinstance(body, dict) or set(body) != {"messages"} or not isinstance(body["messages"], list):
-        raise errors.invalid_json('a batch body is {"messages": [...]}')  # a wrong type or field, as nats-server's decoder
+        # A wrong type or an unknown field is invalid JSON, as nats-server's decoder says of requests.
+        raise errors.invalid_json('a batch body is {"messages": [...]}')
     return body["messages"]  # type: ignore[no-any-return]
 
 

@@ -219,7 +219,9 @@ def test_publish_to_subject_no_stream_captures(c: httpx.Client) -> None:
         ("Nats-Rollup", "all", ROLLUP_FAILED, "rollup not permitted"),
     ],
 )
-def test_raw_publish_with_bad_control_header(c: httpx.Client, name: str, value: str, err_code: int, description: str) -> None:
+def test_raw_publish_with_bad_control_header(
+    c: httpx.Client, name: str, value: str, err_code: int, description: str
+) -> None:
     with nothing_changes(c):
         error = assert_api_error(c.post("/v1/publish/orders.hdr", content=b"x", headers={name: value}), 400, err_code)
         assert error["description"] == description
@@ -239,7 +241,8 @@ UNKNOWN_FIELDS = [
 def test_create_and_update_with_unknown_field(c: httpx.Client, extra: dict[str, Any]) -> None:
     with nothing_changes(c):
         assert_api_error(c.post("/v1/streams", json={"name": "FRESH", **extra}), 400, INVALID_JSON)
-        assert_api_error(c.put("/v1/streams/BAD", json={"name": "BAD", "subjects": ["orders.>"], **extra}), 400, INVALID_JSON)
+        update = {"name": "BAD", "subjects": ["orders.>"], **extra}
+        assert_api_error(c.put("/v1/streams/BAD", json=update), 400, INVALID_JSON)
 
 
 @pytest.mark.parametrize("body", [{"bogus": 1}, {"filter": "orders.>", "kep": 1}], ids=["bogus", "typo"])
@@ -302,7 +305,8 @@ def test_create_does_not_coerce_wrong_types(c: httpx.Client, extra: dict[str, An
     name = "COERCE_" + "".join(ch for ch in f"{extra}" if ch.isalnum())
     before = snapshot(c)
     resp = c.post("/v1/streams", json={"name": name, "subjects": [f"coerce.{name}"], **extra})
-    assert_api_error(resp, 400, INVALID_JSON)  # a stream created by mistake stays: later tests compare their own before and after
+    # A stream created by mistake stays: later tests compare their own before and after.
+    assert_api_error(resp, 400, INVALID_JSON)
     assert snapshot(c) == before
 
 
@@ -312,8 +316,9 @@ ABSURD = [
     ({"max_age": -1}, INVALID_CONFIG), ({"max_age": 5}, INVALID_CONFIG), ({"max_age": 99_999_999}, INVALID_CONFIG),
     ({"max_age": 1_000_000_000, "duplicate_window": 2_000_000_000}, INVALID_CONFIG),
     ({"duplicate_window": -1}, INVALID_CONFIG), ({"num_replicas": 7}, INVALID_CONFIG),
-    ({"num_replicas": -1}, REPLICAS_NEGATIVE), ({"max_msg_size": 2**40}, INVALID_JSON), ({"max_msgs": 2**70}, INVALID_JSON),
-    ({"max_bytes": 2**63}, INVALID_JSON), ({"max_age": 2**63}, INVALID_JSON), ({"description": "d" * 5000}, INVALID_CONFIG),
+    ({"num_replicas": -1}, REPLICAS_NEGATIVE), ({"max_msg_size": 2**40}, INVALID_JSON),
+    ({"max_msgs": 2**70}, INVALID_JSON), ({"max_bytes": 2**63}, INVALID_JSON), ({"max_age": 2**63}, INVALID_JSON),
+    ({"description": "d" * 5000}, INVALID_CONFIG),
     ({"discard_new_per_subject": True}, INVALID_CONFIG),
     ({"discard": "new", "discard_new_per_subject": True}, INVALID_CONFIG),
     ({"deny_purge": True, "allow_rollup_hdrs": True}, INVALID_CONFIG), ({"sealed": True}, INVALID_CONFIG),
@@ -353,12 +358,14 @@ def test_bodies_over_the_gateway_limit(tmp_path_factory: pytest.TempPathFactory)
     try:
         with small.client() as s:
             assert s.post("/v1/streams", json={"name": "SMALL", "subjects": ["small.>"]}).status_code == 201
-            with nothing_changes(s):  # HTTP's 413; nats-server has no such limit (its max_payload closes the connection)
+            # HTTP's 413; nats-server has no such limit (its max_payload closes the connection).
+            with nothing_changes(s):
                 assert_api_error(s.post("/v1/publish/small.a", content=b"x" * 65537), 413, BAD_REQUEST)
-                assert_api_error(s.post("/v1/streams", json={"name": "B2", "description": "d" * 70_000}), 413, BAD_REQUEST)
+                long = "d" * 70_000
+                assert_api_error(s.post("/v1/streams", json={"name": "B2", "description": long}), 413, BAD_REQUEST)
                 batch = {"messages": [{"subject": "small.a", "text": "t" * 70_000}]}
                 assert_api_error(s.post("/v1/publish", json=batch), 413, BAD_REQUEST)
-                assert_api_error(s.put("/v1/streams/SMALL", json={"name": "SMALL", "description": "d" * 70_000}), 413, BAD_REQUEST)
+                assert_api_error(s.put("/v1/streams/SMALL", json={"name": "SMALL", "description": long}), 413, BAD_REQUEST)
                 assert_api_error(s.post("/v1/streams/SMALL/purge", content=b" " * 70_000), 413, BAD_REQUEST)
                 chunks = (b"y" * 8192 for _ in range(10))  # no Content-Length: chunked transfer
                 assert_api_error(s.post("/v1/publish/small.a", content=chunks), 413, BAD_REQUEST)
@@ -452,7 +459,8 @@ def test_wrong_methods(c: httpx.Client) -> None:
 def test_bad_batch_body(c: httpx.Client, raw: bytes) -> None:
     """Malformed JSON, a wrong type or an unknown field: invalid JSON, as nats-server's decoder answers requests."""
     with nothing_changes(c):
-        assert_api_error(c.post("/v1/publish", content=raw, headers={"content-type": "application/json"}), 400, INVALID_JSON)
+        resp = c.post("/v1/publish", content=raw, headers={"content-type": "application/json"})
+        assert_api_error(resp, 400, INVALID_JSON)
 
 
 BAD_MESSAGES = [

@@ -91,7 +91,8 @@ def test_max_msgs_per_subject_on_the_columnar_path(c: httpx.Client, per_subject:
         if encoding == "binary":
             resp = post(c, encode(batch))
         else:
-            resp = c.post("/v1/publish", json={"messages": [{"subject": s, "data": base64.b64encode(d).decode()} for s, d, _ in batch]})
+            as_json = [{"subject": s, "data": base64.b64encode(d).decode()} for s, d, _ in batch]
+            resp = c.post("/v1/publish", json={"messages": as_json})
         assert resp.status_code == 200, resp.text
         answers.append([a.get("seq", a.get("error")) for a in resp.json()["acks"]])
         info = c.get(f"/v1/streams/{name}", params={"subjects_filter": ">"}).json()["state"]

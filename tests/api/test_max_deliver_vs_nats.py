@@ -72,7 +72,8 @@ class JetLakeSide:
         return int(answer.json()["seq"])
 
     async def pull(self, batch: int, expires: int) -> list[Any]:
-        answer = await self.http.post(f"/v1/streams/{self.stream}/consumers/C/next", json={"batch": batch, "expires": expires})
+        body = {"batch": batch, "expires": expires}
+        answer = await self.http.post(f"/v1/streams/{self.stream}/consumers/C/next", json=body)
         assert answer.status_code == 200, answer.text
         return answer.json()["messages"]  # type: ignore[no-any-return]
 
@@ -106,7 +107,9 @@ class NatsSide:
         self.nc = await nats.connect(self.url)
         self.js = self.nc.jetstream()
         await self.js.add_stream(name=stream, subjects=[f"{prefix}.>"])
-        config = ConsumerConfig(durable_name="C", ack_policy=AckPolicy.EXPLICIT, max_deliver=max_deliver, ack_wait=ack_wait / NS)
+        config = ConsumerConfig(
+            durable_name="C", ack_policy=AckPolicy.EXPLICIT, max_deliver=max_deliver, ack_wait=ack_wait / NS
+        )
         await self.js.add_consumer(stream, config)
         self.sub = await self.js.pull_subscribe_bind("C", stream)
 

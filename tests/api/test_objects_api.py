@@ -424,7 +424,9 @@ def _corrupt_one_chunk(warehouse: Path, bucket: str, nuid: str, index: int) -> N
         at = rows.schema.get_field_index("data")
         out = io.BytesIO()
         changed = rows.set_column(at, rows.schema.field(at), pa.array(data, rows.schema.field(at).type))
-        pq.write_table(changed, out, compression="zstd", compression_level=19, write_statistics=False, store_schema=False)
+        pq.write_table(
+            changed, out, compression="zstd", compression_level=19, write_statistics=False, store_schema=False
+        )
         raw, size = out.getvalue(), path.stat().st_size
         assert len(raw) <= size, "the rewritten file must fit the size in the Delta log"
         footer = len(raw) - 8 - int.from_bytes(raw[-8:-4], "little")
