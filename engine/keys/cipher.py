@@ -1,0 +1,226 @@
+"""Sealed values: the one layout of encrypted message content, in the write-ahead log and the tables.
+
+```
+byte 0      layout version (1: AES-256-GCM, 12-byte IV, 16-byte tag)
+bytes 1-4   key id (u32, big-endian): which data key of the stream's keyring
+bytes 5-16  IV (the nonce, see nonces.py)      ┐
+bytes 17-   ciphertext                         │ Spark's `aes_decrypt(…, 'GCM')` layout
+last 16     GCM tag                            ┘
+```
+The first five bytes are the key reference: SQL joins a stream's rows to its keys on
+`substring(value, 1, 5)` and decrypts `substring(value, 6)` with Spark's built-in
+`aes_decrypt(…, key, 'GCM', 'DEFAULT', aad)` (Spark 3.5+ takes the associated data, 4.2 included).
+An erased value (its key destroyed) has no key to join: SQL reads NULL, the engine `KeyDestroyedError`.
+
+The associated data binds a value to where it belongs, so bytes moved to another stream, message,
+field or subject fail authentication:
+    "<stream id>:<seq>:<field>:<subject>"   (field data | headers | subject; the subject field
+                                              itself is bound with an empty subject)
+Values are always AES-256-GCM, whatever the master key's `cipher`: SQL must read them and Spark
+decrypts no other authenticated cipher; `cipher` chooses how the keyring wraps the data keys.
+
+Sealing a batch writes every value into one buffer that becomes an Arrow binary array (the log
+record and the flushed column at once); per message there is one `encrypt_into` call and nothing else.
+Counterpart: the encrypted message blocks of server/filestore.go (`genEncryptionKeys`, `encryptMsgBlock`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from itertools import compress, repeat
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from engine.errors import JetStreamError
+from engine.keys.errors import ValueAuthenticationError
+from engine.keys.nonces import NONCE_SIZE
+
+VERSION = 1
+HEADER_SIZE = 5  # version, key id
+TAG_SIZE = 16
+PREFIX_SIZE = HEADER_SIZE + NONCE_SIZE
+OVERHEAD = PREFIX_SIZE + TAG_SIZE
+DATA_KEY_SIZE = 32  # AES-256
+FIELDS = ("data", "headers", "subject")
+MAX_KEY_ID = (1 << 32) - 1
+
+Payloads = Sequence[bytes | bytearray | memoryview | None] | pa.BinaryArray
+_SQL_SAFE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def key_ref(key_id: int) -> bytes:
+    """The five bytes that start every value sealed with key `key_id`."""
+    return bytes([VERSION]) + key_id.to_bytes(4, "big")
+
+
+class DataKey:
+    """One data key (AES-256-GCM) and its id in the stream's keyring."""
+
+    __slots__ = ("key_id", "ref", "aead")
+
+    def __init__(self, key_id: int, key: bytes) -> None:
+        if len(key) != DATA_KEY_SIZE or not 0 <= key_id <= MAX_KEY_ID:
+            raise ValueError("a data key is 32 bytes with an id below 2^32")
+        self.key_id = key_id
+        self.ref = key_ref(key_id)
+        self.aead = AESGCM(key)
+
+
+def associated_data(stream_id: str, seq: int, field: str, subject: str = "") -> bytes:
+    """What a value is bound to; `subject` is empty for the subject field itself."""
+    return f"{stream_id}:{seq}:{field}:{subject}".encode()
+
+
+def associated_data_batch(stream_id: str, seqs: Sequence[int], field: str,
+                          subjects: Sequence[str] | None = None) -> list[bytes]:
+    head = f"{stream_id}:".encode()
+    tail = f":{field}:".encode()
+    if subjects is None:
+        return [b"%b%d%b" % (head, seq, tail) for seq in seqs]
+    return [b"%b%d%b%b" % (head, seq, tail, subject.encode()) for seq, subject in zip(seqs, subjects)]
+
+
+def seal(key: DataKey, nonce: bytes, plaintext: bytes, aad: bytes) -> bytes:
+    """One value (the single-message path)."""
+    return key.ref + nonce + key.aead.encrypt(nonce, plaintext, aad)
+
+
+def seal_batch(keys: DataKey | Sequence[DataKey], nonces: np.ndarray, payloads: Payloads,
+               aads: Sequence[bytes]) -> pa.BinaryArray:
+    """Seals many values into one Arrow binary array; a None payload stays null.
+
+    Args:
+        keys: one key for the whole batch, or one per payload.
+        nonces: (n, 12) bytes from a `NonceSource`.
+        payloads: the plaintexts.
+        aads: the associated data of each value.
+    """
+    n = len(payloads)
+    views, valid, lengths = _views(payloads)
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(lengths + OVERHEAD * valid, out=offsets[1:])
+    if offsets[-1] >= 1 << 31:
+        raise ValueError("a sealed batch must stay under 2 GiB")
+    out = np.empty(int(offsets[-1]), np.uint8)
+    rows = np.flatnonzero(valid)
+    prefix = np.empty((len(rows), PREFIX_SIZE), np.uint8)
+    if isinstance(keys, DataKey):
+        prefix[:, :HEADER_SIZE] = np.frombuffer(keys.ref, np.uint8)
+        encrypts: Iterable[Callable[..., object]] = repeat(keys.aead.encrypt_into)
+    else:
+        refs = b"".join([keys[i].ref for i in rows.tolist()])
+        prefix[:, :HEADER_SIZE] = np.frombuffer(refs, np.uint8).reshape(-1, HEADER_SIZE)
+        encrypts = [k.aead.encrypt_into for k in keys]
+    prefix[:, HEADER_SIZE:] = nonces[rows]
+    out[offsets[rows][:, None] + np.arange(PREFIX_SIZE)] = prefix
+    buffer = memoryview(out)
+    nonce_bytes = np.ascontiguousarray(nonces[:n]).tobytes()
+    nonce_list = [nonce_bytes[j : j + NONCE_SIZE] for j in range(0, n * NONCE_SIZE, NONCE_SIZE)]
+    items = zip(encrypts, nonce_list, views, aads, (offsets[:-1] + PREFIX_SIZE).tolist(), offsets[1:].tolist())
+    for encrypt, nonce, view, aad, start, end in items if len(rows) == n else compress(items, valid.tolist()):
+        encrypt(nonce, view, aad, buffer[start:end])
+    validity = None if len(rows) == n else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(pa.binary(), n, [validity, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(out)])
+
+
+def key_id_of(value: bytes | memoryview) -> int:
+    """The key id a value names; raises ValueAuthenticationError for bytes that are no sealed value."""
+    if len(value) < OVERHEAD or value[0] != VERSION:
+        raise ValueAuthenticationError("not an encrypted value of a known layout")
+    return int.from_bytes(value[1:HEADER_SIZE], "big")
+
+
+def open_value(key: DataKey, value: bytes | memoryview, aad: bytes) -> bytes:
+    """The plaintext of one value; raises ValueAuthenticationError when it does not authenticate."""
+    view = memoryview(value)
+    if key_id_of(view) != key.key_id:
+        raise ValueAuthenticationError("value sealed with another key")
+    try:
+        return key.aead.decrypt(view[HEADER_SIZE:PREFIX_SIZE], view[PREFIX_SIZE:], aad)
+    except InvalidTag:
+        raise ValueAuthenticationError() from None
+
+
+@dataclass
+class OpenedBatch:
+    """Plaintexts by row; a row that could not be opened is None with its error in `errors`."""
+
+    values: list[bytes | None]
+    errors: dict[int, JetStreamError] = field(default_factory=dict)
+
+
+def open_batch(values: Payloads, aads: Sequence[bytes], key_for: Callable[[int], DataKey]) -> OpenedBatch:
+    """Opens many values; a failure is reported for its row and the others are still opened.
+
+    `key_for(key_id)` returns the key or raises the `JetStreamError` the row gets (a destroyed key:
+    `KeyDestroyedError`); it is asked once per key id of the batch.
+    """
+    views, valid, lengths = _views(values)
+    opened = OpenedBatch([None] * len(views))
+    keys: dict[bytes, DataKey | JetStreamError] = {}
+    for i in np.flatnonzero(valid & (lengths >= OVERHEAD)).tolist():
+        view = views[i]
+        ref = view[:HEADER_SIZE].tobytes()
+        key = keys.get(ref)
+        if key is None:
+            key = keys[ref] = _lookup(key_for, ref)
+        if isinstance(key, JetStreamError):
+            opened.errors[i] = key
+            continue
+        try:
+            opened.values[i] = key.aead.decrypt(view[HEADER_SIZE:PREFIX_SIZE], view[PREFIX_SIZE:], aads[i])
+        except InvalidTag:
+            opened.errors[i] = ValueAuthenticationError()
+    for i in np.flatnonzero(valid & (lengths < OVERHEAD)).tolist():
+        opened.errors[i] = ValueAuthenticationError("not an encrypted value of a known layout")
+    return opened
+
+
+def sql_key_ref(value_sql: str) -> str:
+    """The SQL expression of a value's key reference, to join with the keys' `key_ref` column."""
+    return f"substring({value_sql}, 1, {HEADER_SIZE})"
+
+
+def sql_decrypt(value_sql: str, key_sql: str, stream_id: str, field: str, *, seq_sql: str = "seq",
+                subject_sql: str | None = None, strict: bool = False) -> str:
+    """The Spark SQL expression that decrypts a sealed column for a key holder.
+
+    `try_aes_decrypt` (the default) gives NULL for an erased or unauthentic value; `strict` uses
+    `aes_decrypt`, which fails the query instead. `subject_sql` is the plain subject (a column, or the
+    decrypted subject of a protected stream); None for the subject field itself.
+    """
+    if not _SQL_SAFE.match(stream_id) or field not in FIELDS:
+        raise ValueError("stream ids are [A-Za-z0-9_-] and fields data, headers or subject")
+    function = "aes_decrypt" if strict else "try_aes_decrypt"
+    subject = subject_sql or "''"
+    aad = f"concat('{stream_id}:', CAST({seq_sql} AS STRING), ':{field}:', {subject})"
+    return f"{function}(substring({value_sql}, {HEADER_SIZE + 1}), {key_sql}, 'GCM', 'DEFAULT', {aad})"
+
+
+def _lookup(key_for: Callable[[int], DataKey], ref: bytes) -> DataKey | JetStreamError:
+    if ref[0] != VERSION:
+        return ValueAuthenticationError("not an encrypted value of a known layout")
+    try:
+        return key_for(int.from_bytes(ref[1:], "big"))
+    except JetStreamError as error:
+        return error
+
+
+def _views(values: Payloads) -> tuple[list[memoryview], np.ndarray, np.ndarray]:
+    """Zero-copy views of each value, which rows are not null, and their lengths."""
+    if isinstance(values, pa.Array):
+        n = len(values)
+        _, offsets_buffer, data_buffer = values.buffers()
+        offsets = np.frombuffer(offsets_buffer, np.int32)[values.offset : values.offset + n + 1]
+        data = memoryview(data_buffer).cast("B") if data_buffer is not None else memoryview(b"")  # Arrow says "b"
+        valid = values.is_valid().to_numpy(zero_copy_only=False) if values.null_count else np.ones(n, bool)
+        bounds = offsets.tolist()
+        return [data[a:b] for a, b in zip(bounds, bounds[1:])], valid, np.diff(offsets).astype(np.int64)
+    valid = np.fromiter((v is not None for v in values), bool, len(values))
+    views = [memoryview(b"" if v is None else v) for v in values]
+    return views, valid, np.fromiter((v.nbytes for v in views), np.int64, len(views))

@@ -1,0 +1,277 @@
+"""One stream's data keys: per key epoch and, optionally, per subject prefix; rotation and shredding.
+
+A data key is found by (epoch, prefix tag) for writing and by its key id (in every sealed value) for
+reading. New writes use the current epoch; `rotate` starts a new epoch at once, and older epochs stay
+readable until `retire_epochs_before` destroys them (after the compaction job re-encrypted their
+values). `destroy_prefix` destroys every epoch's key of a subject prefix: from then on every value
+sealed under it answers `KeyDestroyedError` (erased), before any file is rewritten. Key ids are never
+reused, so a destroyed id stays distinguishable from one this keyring never had.
+
+Keys are unwrapped when first used and kept in a bounded cache; the stream's file is re-read when
+another process changed it (checked by inode and size under the keyring lock, and when a value names
+a key id this process has not seen).
+Counterpart: server/filestore.go's per-block keys (`genEncryptionKeys`, `loadEncryptionForMsgBlock`).
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from functools import lru_cache
+from pathlib import Path
+
+import pyarrow as pa
+from cryptography.exceptions import InvalidTag
+
+from engine.clock import Clock
+from engine.keys import keyfile
+from engine.keys.cipher import DATA_KEY_SIZE, DataKey, OpenedBatch, Payloads, associated_data, associated_data_batch
+from engine.keys.cipher import key_ref, open_batch, seal, seal_batch
+from engine.keys.errors import KeyDestroyedError, KeyringCorruptError, UnknownKeyError
+from engine.keys.keyfile import DATA, SUBJECT_HASH, KeyRecord, StreamFile
+from engine.keys.master import AccountKeys
+from engine.keys.nonces import NonceSource
+from engine.keys.subjects import SubjectHasher, key_prefix
+
+FIRST_EPOCH = 1
+CACHE_SIZE = 4096
+SUBJECT = "subject"
+
+
+class StreamKeys:
+    """The keys of one stream (by stream id), opened or created through its account's `Keyring`."""
+
+    def __init__(self, account: str, folder: Path, keys: AccountKeys, nonces: NonceSource, clock: Clock,
+                 stream_id: str, key_tokens: int = 0) -> None:
+        self.account = account
+        self.stream_id = stream_id
+        self.key_tokens = key_tokens
+        self._folder = folder
+        self._path = folder / f"{stream_id}{keyfile.STREAM_SUFFIX}"
+        self._keys = keys
+        self._nonces = nonces
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._cache: OrderedDict[int, DataKey] = OrderedDict()
+        self._by_tag: dict[tuple[int, bytes], int] = {}
+        self._hasher: SubjectHasher | None = None
+        self._destroyed_all = False
+        self._tag = lru_cache(maxsize=65536)(self._compute_tag)
+        with keyfile.locked(folder):
+            if not self._path.exists():
+                self._create_locked()
+            self._state = keyfile.read_stream_file(self._path, keys.mac_key, stream_id)
+            self._identity = keyfile.file_identity(self._path)
+        self._index()
+
+    @property
+    def epoch(self) -> int:
+        """The key epoch new writes use."""
+        return self._state.epoch
+
+    def data_key(self, prefix: str = "") -> DataKey:
+        """The current epoch's key of a subject prefix, created (durably) when missing."""
+        return self.data_keys([prefix])[prefix]
+
+    def data_keys(self, prefixes: Iterable[str]) -> dict[str, DataKey]:
+        """The current epoch's keys of many prefixes; the missing ones are created with one fsync."""
+        with self._lock:
+            wanted = set(prefixes)
+            missing = [p for p in wanted if (self.epoch, self._tag(p)) not in self._by_tag]
+            if missing:
+                self._create_keys(missing)
+            return {p: self.key(self._by_tag[(self.epoch, self._tag(p))]) for p in wanted}
+
+    def key(self, key_id: int) -> DataKey:
+        """The data key a value names.
+
+        Raises:
+            KeyDestroyedError: the key was destroyed (its values are erased).
+            UnknownKeyError: this keyring never had it.
+        """
+        with self._lock:
+            cached = self._cache.get(key_id)
+            if cached is not None:
+                self._cache.move_to_end(key_id)
+                return cached
+            record = self._record(key_id)
+            key = DataKey(key_id, self._unwrap(record))
+            self._cache[key_id] = key
+            if len(self._cache) > CACHE_SIZE:
+                self._cache.popitem(last=False)
+            return key
+
+    def epoch_of(self, key_id: int) -> int:
+        with self._lock:
+            return self._record(key_id).epoch
+
+    def rotate(self) -> int:
+        """Starts a new epoch for new writes, at once; returns it. Older epochs stay readable."""
+        with self._lock, keyfile.locked(self._folder):
+            self._sync_locked()
+            self._append_locked([keyfile.epoch_record(self.epoch + 1)])
+            return self.epoch
+
+    def destroy_prefix(self, prefix: str) -> list[int]:
+        """Crypto-shredding: destroys every epoch's key of a subject prefix; returns their ids."""
+        tag = self._tag(prefix)
+        return self._destroy(lambda r: r.purpose == DATA and r.tag == tag)
+
+    def retire_epochs_before(self, epoch: int) -> list[int]:
+        """Destroys the data keys of epochs older than `epoch`, once their values were re-encrypted."""
+        if epoch > self.epoch:
+            raise ValueError(f"epoch {epoch} is newer than the current epoch {self.epoch}")
+        return self._destroy(lambda r: r.purpose == DATA and r.epoch < epoch)
+
+    def subject_hasher(self) -> SubjectHasher:
+        """Keyed hashes with this stream's subject key (partition values of protected subjects)."""
+        with self._lock:
+            if self._hasher is None:
+                record = next((r for r in self._state.keys.values() if r.purpose == SUBJECT_HASH), None)
+                if record is None:
+                    raise KeyringCorruptError(f"{self._path} has no subject key")
+                self._hasher = SubjectHasher(self._unwrap(record))
+            return self._hasher
+
+    def sql_keys(self) -> list[tuple[bytes, bytes]]:
+        """(key_ref, key) of every live data key, for a key holder's SQL session (never written down)."""
+        with self._lock:
+            self.refresh()
+            return [(key_ref(r.key_id), self._unwrap(r)) for r in self._state.keys.values() if r.purpose == DATA]
+
+    def refresh(self) -> None:
+        """Picks up what another process changed (new keys, rotation, destruction)."""
+        with self._lock, keyfile.locked(self._folder):
+            self._sync_locked()
+
+    def seal_batch(self, field: str, seqs: Sequence[int], subjects: Sequence[str],
+                   payloads: Payloads) -> pa.BinaryArray:
+        """Seals one field of many messages, each with its subject's key (see cipher.py)."""
+        prefixes = [key_prefix(s, self.key_tokens) for s in subjects] if self.key_tokens else None
+        keys = self.data_keys(set(prefixes) if prefixes is not None else [""])
+        per_row = keys[""] if prefixes is None else [keys[p] for p in prefixes]
+        aads = associated_data_batch(self.stream_id, seqs, field, None if field == SUBJECT else subjects)
+        return seal_batch(per_row, self._nonces.take(len(payloads)), payloads, aads)
+
+    def open_batch(self, field: str, seqs: Sequence[int], subjects: Sequence[str] | None,
+                   values: Payloads) -> OpenedBatch:
+        """Opens one field of many messages; failures are reported per message."""
+        aads = associated_data_batch(self.stream_id, seqs, field, None if field == SUBJECT else subjects)
+        return open_batch(values, aads, self.key)
+
+    def seal_one(self, field: str, seq: int, subject: str, payload: bytes) -> bytes:
+        key = self.data_key(key_prefix(subject, self.key_tokens))
+        aad = associated_data(self.stream_id, seq, field, "" if field == SUBJECT else subject)
+        return seal(key, self._nonces.one(), payload, aad)
+
+    def open_one(self, field: str, seq: int, subject: str | None, value: bytes) -> bytes:
+        """Raises KeyDestroyedError, UnknownKeyError or ValueAuthenticationError."""
+        batch = self.open_batch(field, [seq], None if subject is None else [subject], [value])
+        if 0 in batch.errors:
+            raise batch.errors[0]
+        return batch.values[0] or b""
+
+    def mark_destroyed(self) -> None:
+        """The whole stream's keys are gone (stream or account deleted)."""
+        with self._lock:
+            self._destroyed_all = True
+            self._cache.clear()
+            self._state = StreamFile(epoch=self._state.epoch)
+            self._by_tag.clear()
+            self._hasher = None
+
+    def _record(self, key_id: int) -> KeyRecord:
+        record = self._state.keys.get(key_id)
+        if record is None and not self._destroyed_all and key_id not in self._state.destroyed:
+            try:
+                self.refresh()  # another process may have added it
+            except KeyDestroyedError:
+                pass
+            record = self._state.keys.get(key_id)
+        if record is not None and record.purpose == DATA:
+            return record
+        if self._destroyed_all or key_id in self._state.destroyed:
+            raise KeyDestroyedError(key_id)
+        raise UnknownKeyError(key_id)
+
+    def _unwrap(self, record: KeyRecord) -> bytes:
+        try:
+            return self._keys.kek.unwrap(record.wrapped, keyfile.key_aad(self.account, self.stream_id, record))
+        except InvalidTag:
+            raise KeyringCorruptError(f"{self._path}: key {record.key_id} does not unwrap (tampered)") from None
+
+    def _compute_tag(self, prefix: str) -> bytes:
+        message = self.stream_id.encode() + b"\x00" + prefix.encode()
+        return hmac.digest(self._keys.tag_key, message, "sha256")[: keyfile.TAG_SIZE]
+
+    def _new_record(self, key_id: int, epoch: int, purpose: int, tag: bytes) -> KeyRecord:
+        draft = KeyRecord(key_id, epoch, purpose, tag, self._clock.now_ns(), b"")
+        wrapped = self._keys.kek.wrap(os.urandom(DATA_KEY_SIZE), keyfile.key_aad(self.account, self.stream_id, draft))
+        return KeyRecord(key_id, epoch, purpose, tag, draft.created_ns, wrapped)
+
+    def _next_id(self) -> int:
+        return max([0, *self._state.keys, *self._state.destroyed]) + 1
+
+    def _create_locked(self) -> None:
+        state = StreamFile(epoch=FIRST_EPOCH)
+        state.keys[1] = self._new_record(1, 0, SUBJECT_HASH, self._compute_tag(""))
+        keyfile.replace_durably(self._path, keyfile.encode_stream_file(self._keys.mac_key, self.stream_id, state))
+
+    def _create_keys(self, prefixes: list[str]) -> None:
+        with keyfile.locked(self._folder):
+            self._sync_locked()
+            missing = [p for p in prefixes if (self.epoch, self._tag(p)) not in self._by_tag]
+            first = self._next_id()
+            records = [self._new_record(first + i, self.epoch, DATA, self._tag(p)) for i, p in enumerate(missing)]
+            self._append_locked([keyfile.key_record(r) for r in records])
+
+    def _destroy(self, chosen: Callable[[KeyRecord], bool]) -> list[int]:
+        with self._lock, keyfile.locked(self._folder):
+            self._sync_locked()
+            ids = sorted(r.key_id for r in self._state.keys.values() if chosen(r))
+            if not ids:
+                return []
+            now = self._clock.now_ns()
+            for key_id in ids:
+                del self._state.keys[key_id]
+                self._state.destroyed[key_id] = now
+                self._cache.pop(key_id, None)
+            data = keyfile.encode_stream_file(self._keys.mac_key, self.stream_id, self._state)
+            keyfile.replace_durably(self._path, data)
+            self._state.size = len(data)
+            self._identity = keyfile.file_identity(self._path)
+            self._index()
+            return ids
+
+    def _append_locked(self, records: list[tuple[int, bytes]]) -> None:
+        if not records:
+            return
+        data = keyfile.encode_records(self._keys.mac_key, self.stream_id, records)
+        keyfile.append_durably(self._path, self._state.size, data)
+        self._state = keyfile.read_stream_file(self._path, self._keys.mac_key, self.stream_id, self._state)
+        self._identity = keyfile.file_identity(self._path)
+        self._index()
+
+    def _sync_locked(self) -> None:
+        if self._destroyed_all:
+            raise KeyDestroyedError(0)
+        try:
+            identity = keyfile.file_identity(self._path)
+        except FileNotFoundError:
+            self.mark_destroyed()
+            raise KeyDestroyedError(0) from None
+        if identity == self._identity:
+            return
+        same_file = identity[0] == self._identity[0] and identity[1] > self._state.size
+        start = self._state if same_file else None
+        self._state = keyfile.read_stream_file(self._path, self._keys.mac_key, self.stream_id, start)
+        self._identity = identity
+        self._index()
+        for key_id in [k for k in self._cache if k not in self._state.keys]:
+            del self._cache[key_id]
+
+    def _index(self) -> None:
+        self._by_tag = {(r.epoch, r.tag): r.key_id for r in self._state.keys.values() if r.purpose == DATA}
