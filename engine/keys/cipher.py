@@ -26,7 +26,6 @@ Counterpart: the encrypted message blocks of server/filestore.go (`genEncryption
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Sequence
 from itertools import compress, repeat
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from engine.errors import JetStreamError
 from engine.keys.errors import ValueAuthenticationError
+from engine.keys.keyfile import is_stream_id
 from engine.keys.nonces import NONCE_SIZE
 
 VERSION = 1
@@ -50,7 +50,6 @@ FIELDS = ("data", "headers", "subject")
 MAX_KEY_ID = (1 << 32) - 1
 
 Payloads = Sequence[bytes | bytearray | memoryview | None] | pa.BinaryArray
-_SQL_SAFE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 def key_ref(key_id: int) -> bytes:
@@ -125,25 +124,8 @@ def seal_batch(keys: DataKey | Sequence[DataKey], nonces: np.ndarray, payloads: 
     for encrypt, nonce, view, aad, start, end in items if len(rows) == n else compress(items, valid.tolist()):
         encrypt(nonce, view, aad, buffer[start:end])
     validity = None if len(rows) == n else pa.py_buffer(np.packbits(valid, bitorder="little"))
-    return pa.Array.from_buffers(pa.binary(), n, [validity, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(out)])
-
-
-def key_id_of(value: bytes | memoryview) -> int:
-    """The key id a value names; raises ValueAuthenticationError for bytes that are no sealed value."""
-    if len(value) < OVERHEAD or value[0] != VERSION:
-        raise ValueAuthenticationError("not an encrypted value of a known layout")
-    return int.from_bytes(value[1:HEADER_SIZE], "big")
-
-
-def open_value(key: DataKey, value: bytes | memoryview, aad: bytes) -> bytes:
-    """The plaintext of one value; raises ValueAuthenticationError when it does not authenticate."""
-    view = memoryview(value)
-    if key_id_of(view) != key.key_id:
-        raise ValueAuthenticationError("value sealed with another key")
-    try:
-        return key.aead.decrypt(view[HEADER_SIZE:PREFIX_SIZE], view[PREFIX_SIZE:], aad)
-    except InvalidTag:
-        raise ValueAuthenticationError() from None
+    buffers = [validity, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(out)]
+    return pa.Array.from_buffers(pa.binary(), n, buffers)
 
 
 @dataclass
@@ -194,7 +176,7 @@ def sql_decrypt(value_sql: str, key_sql: str, stream_id: str, field: str, *, seq
     `aes_decrypt`, which fails the query instead. `subject_sql` is the plain subject (a column, or the
     decrypted subject of a protected stream); None for the subject field itself.
     """
-    if not _SQL_SAFE.match(stream_id) or field not in FIELDS:
+    if not is_stream_id(stream_id) or field not in FIELDS:
         raise ValueError("stream ids are [A-Za-z0-9_-] and fields data, headers or subject")
     function = "aes_decrypt" if strict else "try_aes_decrypt"
     subject = subject_sql or "''"

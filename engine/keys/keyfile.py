@@ -34,6 +34,7 @@ import fcntl
 import hmac
 import json
 import os
+import re
 import struct
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -50,6 +51,7 @@ LOCK_NAME = ".lock"
 FORMAT = "jetlake-keyring"
 FORMAT_VERSION = 1
 KDF = "HKDF-SHA256"
+CIPHERS = ("aes", "chachapoly")
 
 MAGIC = b"JLK1"
 EPOCH, KEY, DESTROYED = 1, 2, 3
@@ -61,6 +63,12 @@ _EPOCH = struct.Struct(">I")
 _KEY = struct.Struct(">IIB16sq")
 _DESTROYED = struct.Struct(">Iq")
 _KEY_AAD = struct.Struct(">IIB")
+_STREAM_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def is_stream_id(text: str) -> bool:
+    """Stream ids name files and appear in SQL text: letters, digits, `_` and `-` only."""
+    return _STREAM_ID.fullmatch(text) is not None
 
 
 @dataclass(frozen=True)
@@ -124,6 +132,8 @@ def decode_header(path: Path) -> tuple[Header, bytes]:
         raw = json.loads(path.read_bytes())
         if raw["format"] != FORMAT or raw["version"] != FORMAT_VERSION or raw["kdf"] != KDF:
             raise ValueError(f"format {raw['format']} {raw['version']} ({raw['kdf']}) is not this version's")
+        if raw["cipher"] not in CIPHERS:
+            raise ValueError(f"unknown cipher {raw['cipher']!r}")
         header = Header(str(raw["account"]), str(raw["cipher"]), _unb64(raw["salt"]), _unb64(raw["check"]),
                         int(raw["writers"]), int(raw["created_ns"]))
         return header, _unb64(raw["mac"])

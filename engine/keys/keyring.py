@@ -74,17 +74,20 @@ class Keyring:
         if header.account != account:
             raise KeyringCorruptError(f"{path} is the keyring of account {header.account!r}, not {account!r}")
         keys = _unlock(header, mac, master, path)
-        if keys is None and previous is not None:
-            old = _unlock(header, mac, previous, path)
-            if old is not None:
-                keys = _rekey(folder, header, old, master)
+        if keys is None and previous is not None and _unlock(header, mac, previous, path) is not None:
+            keys = _rekey(folder, previous, master)
+        elif keys is not None and keys.kek.cipher != master.cipher:
+            keys = _rekey(folder, master, master)
         if keys is None:
             raise WrongMasterKeyError(_wrong_key_message(path, header))
-        if keys.kek.cipher != master.cipher:
-            keys = _rekey(folder, header, keys, master)
         with keyfile.locked(folder):
             _finish_or_discard(folder, keys)
         return cls(folder, account, keys, clock)
+
+    @staticmethod
+    def exists(folder: Path) -> bool:
+        """Whether the account has a keyring: then it must not start without its key."""
+        return (folder / HEADER_NAME).exists()
 
     def stream(self, stream_id: str, key_tokens: int = 0) -> StreamKeys:
         """The keys of a stream (by its id), created on first use; `key_tokens` as the stream declares."""
@@ -98,6 +101,8 @@ class Keyring:
 
     def destroy_stream(self, stream_id: str) -> None:
         """The stream is deleted: its key file goes, and every value it protected is erased."""
+        if not keyfile.is_stream_id(stream_id):
+            raise ValueError(f"not a stream id: {stream_id!r}")
         with self._lock, keyfile.locked(self.folder):
             path = self.folder / f"{stream_id}{STREAM_SUFFIX}"
             for leftover in (path, _sibling(path, TMP_SUFFIX), _sibling(path, NEW_SUFFIX)):
@@ -168,9 +173,17 @@ def _unlock(header: Header, mac: bytes, master: MasterKey, path: Path) -> Accoun
     return keys
 
 
-def _rekey(folder: Path, header: Header, old: AccountKeys, master: MasterKey) -> AccountKeys:
+def _rekey(folder: Path, previous: MasterKey, master: MasterKey) -> AccountKeys:
     """Re-wraps every key under `master` (a new key, or a new cipher); the header write commits."""
+    header_path = folder / HEADER_NAME
     with keyfile.locked(folder):
+        header, mac = keyfile.decode_header(header_path)  # again: another process may have switched meanwhile
+        done = _unlock(header, mac, master, header_path)
+        if done is not None and done.kek.cipher == master.cipher:
+            return done
+        old = done or _unlock(header, mac, previous, header_path)
+        if old is None:
+            raise WrongMasterKeyError(_wrong_key_message(header_path, header))
         _finish_or_discard(folder, old)
         new_header, new = _new_header(header.account, master, header.writers, header.created_ns)
         rewritten: dict[Path, bytes] = {}
@@ -179,12 +192,13 @@ def _rekey(folder: Path, header: Header, old: AccountKeys, master: MasterKey) ->
             state = keyfile.read_stream_file(path, old.mac_key, stream_id)
             for key_id, record in state.keys.items():
                 aad = keyfile.key_aad(header.account, stream_id, record)
-                plain = old.kek.unwrap(record.wrapped, aad)
-                state.keys[key_id] = keyfile.KeyRecord(record.key_id, record.epoch, record.purpose, record.tag,
-                                                       record.created_ns, new.kek.wrap(plain, aad))
+                try:
+                    plain = old.kek.unwrap(record.wrapped, aad)
+                except InvalidTag:
+                    raise KeyringCorruptError(f"{path}: key {key_id} does not unwrap (tampered)") from None
+                state.keys[key_id] = dataclasses.replace(record, wrapped=new.kek.wrap(plain, aad))
             rewritten[path] = keyfile.encode_stream_file(new.mac_key, stream_id, state)
             keyfile.replace_durably(_sibling(path, NEW_SUFFIX), rewritten[path])
-        header_path = folder / HEADER_NAME
         keyfile.write_header(header_path, new_header, new.mac_key)
         for path, data in rewritten.items():
             keyfile.replace_durably(path, data)
@@ -195,7 +209,7 @@ def _rekey(folder: Path, header: Header, old: AccountKeys, master: MasterKey) ->
 def _finish_or_discard(folder: Path, keys: AccountKeys) -> None:
     """After a crash: a `.keys.new` that opens under the header's keys was committed, so it replaces
     its file; any other is an unfinished switch and goes, as do stale `.tmp` files."""
-    for leftover in sorted(folder.glob(f"*{STREAM_SUFFIX}{TMP_SUFFIX}")) + sorted(folder.glob(f"*{TMP_SUFFIX}")):
+    for leftover in sorted(folder.glob(f"*{TMP_SUFFIX}")):
         keyfile.scrub(leftover)
     for new in sorted(folder.glob(f"*{STREAM_SUFFIX}{NEW_SUFFIX}")):
         path = new.with_name(new.name[: -len(NEW_SUFFIX)])

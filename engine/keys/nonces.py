@@ -44,6 +44,8 @@ class NonceSource:
         """`n` fresh nonces as an (n, 12) array of bytes."""
         if not 0 <= n <= self._limit:
             raise ValueError(f"cannot hand out {n} nonces at once")
+        if n == 0:
+            return np.empty((0, NONCE_SIZE), np.uint8)
         with self._lock:
             if self._counter + n > self._limit or self._pid != os.getpid():
                 self._new_writer()

@@ -46,6 +46,8 @@ class StreamKeys:
 
     def __init__(self, account: str, folder: Path, keys: AccountKeys, nonces: NonceSource, clock: Clock,
                  stream_id: str, key_tokens: int = 0) -> None:
+        if not keyfile.is_stream_id(stream_id):
+            raise ValueError(f"not a stream id: {stream_id!r}")
         self.account = account
         self.stream_id = stream_id
         self.key_tokens = key_tokens

@@ -138,4 +138,6 @@ def test_sql_expressions_are_built_only_from_safe_names() -> None:
     with pytest.raises(ValueError):
         sql_decrypt("data", "k.key", "x'; DROP TABLE t; --", "data")
     with pytest.raises(ValueError):
+        sql_decrypt("data", "k.key", "0123abcd\n", "data")
+    with pytest.raises(ValueError):
         sql_decrypt("data", "k.key", "0123abcd", "payload")

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import shutil
 from pathlib import Path
 
@@ -25,6 +26,7 @@ def _opened(ring: Keyring, stream_id: str, values: list[bytes]) -> list[bytes | 
 
 
 def test_a_restart_with_the_same_key_reads_everything(ring: Keyring, keys_dir: Path, master: MasterKey) -> None:
+    assert Keyring.exists(keys_dir)
     stream_id = new_stream_id()
     values = _sealed(ring, stream_id)
     again = Keyring.open(keys_dir, ACCOUNT, master)
@@ -170,3 +172,26 @@ def test_a_key_id_never_seen_is_unknown_not_erased(ring: Keyring) -> None:
     value[1:5] = (999).to_bytes(4, "big")
     with pytest.raises(UnknownKeyError):
         stream.open_one("data", 1, "a.b", bytes(value))
+
+
+def test_threads_sealing_at_once_share_keys_and_never_a_nonce(ring: Keyring) -> None:
+    """The publish path's threads: new prefix keys are created once, nonces stay unique."""
+    stream = ring.stream(new_stream_id(), key_tokens=2)
+    subjects = [f"users.{i % 7}.x" for i in range(200)]
+    results: list[tuple[int, list[bytes]]] = []
+
+    def publish(first_seq: int) -> None:
+        seqs = list(range(first_seq, first_seq + 200))
+        results.append((first_seq, stream.seal_batch("data", seqs, subjects, [b"%d" % s for s in seqs]).to_pylist()))
+
+    threads = [threading.Thread(target=publish, args=(1 + 200 * t,)) for t in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(results) == 8
+    assert len({v[5:17] for _, values in results for v in values}) == 1600
+    assert len({v[1:5] for _, values in results for v in values}) == 7
+    for first_seq, values in results:
+        seqs = list(range(first_seq, first_seq + 200))
+        assert stream.open_batch("data", seqs, subjects, values).values == [b"%d" % s for s in seqs]

@@ -49,7 +49,7 @@ def _decrypted(spark: SparkSession, table: Path, keys: str, stream_id: str, *, s
     data = sql_decrypt("s.data", "k.key", stream_id, "data", subject_sql="s.subject", strict=strict)
     headers = sql_decrypt("s.headers", "k.key", stream_id, "headers", subject_sql="s.subject", strict=strict)
     rows = spark.sql(
-        f"SELECT s.seq, CAST({data} AS STRING) AS data, CAST({headers} AS STRING) AS headers "
+        f"SELECT /*+ BROADCAST(k) */ s.seq, CAST({data} AS STRING) AS data, CAST({headers} AS STRING) AS headers "
         f"FROM delta.`{table}` s LEFT JOIN {keys} k ON {sql_key_ref('s.data')} = k.key_ref ORDER BY s.seq"
     ).collect()
     return [tuple(r) for r in rows]
