@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import os
+import select
+import signal
 
 import numpy as np
 import pyarrow as pa
@@ -125,8 +127,11 @@ def test_a_forked_child_takes_a_new_writer(ring: Keyring) -> None:
         os.write(write_end, ring.nonces.take(1)[0, :4].tobytes())
         os._exit(0)
     os.close(write_end)
-    child = os.read(read_end, 4)
+    ready, _, _ = select.select([read_end], [], [], 30)
+    child = os.read(read_end, 4) if ready else b""
     os.close(read_end)
+    if not ready:
+        os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     assert len(child) == 4 and child != parent
 
