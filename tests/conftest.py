@@ -9,6 +9,7 @@ from pyspark.sql import SparkSession
 from engine import EngineOptions, JetStream, ManualClock
 from jobs.spark import spark_session
 from tests.gateway import Gateway
+from tests.s3 import S3Server, versitygw_binary
 
 
 @pytest.fixture(scope="session")
@@ -62,3 +63,15 @@ def gateway(warehouse: Path) -> Iterator[Gateway]:
     gw = Gateway(warehouse, "--flush-interval", "0.2").start()
     yield gw
     gw.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """A real S3-compatible server (versitygw) on loopback for the whole session."""
+    binary = versitygw_binary()
+    if binary is None:
+        pytest.skip("the S3 server (versitygw) is not installed: scripts/setup.sh builds it into .venv/bin "
+                    "when Go is on PATH")
+    server = S3Server(tmp_path_factory.mktemp("s3-data"), binary).start()
+    yield server
+    server.stop()
