@@ -15,6 +15,11 @@ Why one place:
 
 The master is `local[*]` unless given or set in `JETLAKE_SPARK_MASTER`; a `spark://…`, YARN or k8s
 master works unchanged.
+
+An `s3://` warehouse adds Hadoop's S3A: its jars (`scripts/setup.sh --s3-spark` fetches them into
+`.venv/jars-s3`, apart, as the AWS SDK bundle is ~690 MB) and the `fs.s3a.*` settings from the AWS
+variables. Spark addresses the tables as `s3a://…`; `engine.store.objectstore.location` maps the
+URIs and holds the settings, so delta-rs and Spark cannot drift apart.
 """
 
 from __future__ import annotations
@@ -25,12 +30,16 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from engine.store.objectstore.location import WarehouseLocation
+
 MASTER_ENV = "JETLAKE_SPARK_MASTER"
 JARS_ENV = "JETLAKE_SPARK_JARS"
+S3_JARS_ENV = "JETLAKE_SPARK_S3_JARS"
 DRIVER_HOST_ENV = "JETLAKE_SPARK_DRIVER_HOST"
 DEFAULT_MASTER = "local[*]"
 LOOPBACK = "127.0.0.1"
 REQUIRED_JARS = ("delta-spark_", "delta-storage-")
+REQUIRED_S3_JARS = ("hadoop-aws-", "bundle-", "analyticsaccelerator-s3-")
 
 _REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,17 +57,22 @@ _SETTINGS: dict[str, str] = {
 }
 
 
-def spark_session(master: str | None = None, app_name: str = "jetlake") -> SparkSession:
+def spark_session(master: str | None = None, app_name: str = "jetlake",
+                  warehouse: str | Path | None = None) -> SparkSession:
     """Return a Spark session with Delta configured (an existing one in this process is reused).
 
     Args:
         master: Spark master URL; defaults to `$JETLAKE_SPARK_MASTER`, then `local[*]`.
         app_name: the application name shown by the Spark master.
+        warehouse: the warehouse the session works on; an `s3://` one adds S3A (jars and settings).
+            Jars are fixed when the JVM starts: a session reused from before has S3A only if it had.
 
     Raises:
-        FileNotFoundError: Delta's jars are missing (run `scripts/setup.sh`).
+        FileNotFoundError: Delta's jars, or for an `s3://` warehouse the S3A jars, are missing
+            (run `scripts/setup.sh`, or `scripts/setup.sh --s3-spark`).
     """
-    jars = delta_jars()
+    s3a = s3a_conf(warehouse)
+    jars = delta_jars() + (s3a_jars() if s3a else [])
     driver_host = os.environ.get(DRIVER_HOST_ENV)
     if not driver_host:
         # Read by the JVM's launcher and Spark's own address lookup: must be set before the JVM starts.
@@ -67,7 +81,7 @@ def spark_session(master: str | None = None, app_name: str = "jetlake") -> Spark
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
     builder = SparkSession.builder.master(master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER).appName(app_name)
-    for key, value in _SETTINGS.items():
+    for key, value in {**_SETTINGS, **s3a}.items():
         builder = builder.config(key, value)
     builder = builder.config("spark.driver.host", driver_host or LOOPBACK)
     builder = builder.config("spark.driver.bindAddress", "0.0.0.0" if driver_host else LOOPBACK)
@@ -88,4 +102,27 @@ def delta_jars() -> list[Path]:
     searched = ", ".join(str(folder) for folder in candidates)
     raise FileNotFoundError(
         f"Delta's jars (delta-spark_2.13, delta-storage) not found in {searched}; run scripts/setup.sh to fetch them"
+    )
+
+
+def s3a_conf(warehouse: str | Path | None) -> dict[str, str]:
+    """Spark's S3A settings for an `s3://` warehouse (endpoint and keys from the AWS variables); {} otherwise."""
+    if warehouse is None:
+        return {}
+    location = WarehouseLocation.parse(warehouse)
+    return location.s3.spark_conf() if location.s3 is not None else {}
+
+
+def s3a_jars() -> list[Path]:
+    """hadoop-aws and the AWS SDK: from `$JETLAKE_SPARK_S3_JARS`, else the venv's `jars-s3/`."""
+    override = os.environ.get(S3_JARS_ENV)
+    candidates = [Path(override)] if override else [Path(sys.prefix) / "jars-s3", _REPO_ROOT / ".venv" / "jars-s3"]
+    for folder in candidates:
+        jars = sorted(folder.glob("*.jar")) if folder.is_dir() else []
+        if all(any(jar.name.startswith(prefix) for jar in jars) for prefix in REQUIRED_S3_JARS):
+            return jars
+    searched = ", ".join(str(folder) for folder in candidates)
+    raise FileNotFoundError(
+        f"Spark's S3A jars (hadoop-aws, the AWS SDK bundle) not found in {searched}; "
+        "run scripts/setup.sh --s3-spark to fetch them"
     )
