@@ -8,7 +8,9 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
-from deltalake import DeltaTable, write_deltalake
+import pytest
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError
 
 from tests.s3 import S3Server
 
@@ -50,3 +52,26 @@ def test_delta_rs_round_trip_with_concurrent_appenders(s3_server: S3Server) -> N
     assert len(commits) == APPENDERS * APPENDS + 1
     listed = {meta.key for meta in location.open().list("default/streams/ORDERS/_delta_log")}
     assert f"default/streams/ORDERS/_delta_log/{APPENDERS * APPENDS:020d}.json" in listed
+
+
+def test_a_deposed_owners_table_commit_is_refused_by_its_fencing_transaction(s3_server: S3Server) -> None:
+    """The fence of table commits the integration builds on: each flush commit carries the app
+    transaction `<stream_id>.owner = fencing token`. A commit based on a snapshot older than a newer
+    owner's commit of that app id is refused by delta-rs's conflict check (ConcurrentTransaction);
+    one based on the new snapshot sees the larger token before committing."""
+    location = s3_server.location()
+    location.open()
+    uri, options = location.uri("default/streams/FENCED"), location.storage_options()
+    write_deltalake(uri, _rows(0, 0), storage_options=options)
+    old_owner = DeltaTable(uri, storage_options=options)
+    new_owner = DeltaTable(uri, storage_options=options)
+
+    write_deltalake(new_owner, _rows(2, 0), mode="append", storage_options=options,
+                    commit_properties=CommitProperties(app_transactions=[Transaction("sid.owner", 2)]))
+    with pytest.raises(CommitFailedError):
+        write_deltalake(old_owner, _rows(1, 0), mode="append", storage_options=options,
+                        commit_properties=CommitProperties(app_transactions=[Transaction("sid.owner", 1)]))
+    fresh = DeltaTable(uri, storage_options=options)
+    assert fresh.transaction_version("sid.owner") == 2, "a reloaded stale owner sees it was deposed"
+    writers = sorted(set(fresh.to_pyarrow_table().column("writer").to_pylist()))
+    assert writers == [0, 2], "the deposed owner's rows are not in the table"
