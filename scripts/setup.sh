@@ -91,12 +91,19 @@ versitygw_version() {
 }
 
 if ! command -v go >/dev/null; then
-  say "Go not found: the S3 server (versitygw) is not installed; the tests that need it will be skipped"
+  if [[ -x "$VENV/bin/versitygw" ]]; then
+    say "Go not found: keeping .venv/bin/versitygw as it is (its version cannot be checked)"
+  else
+    say "Go not found: the S3 server (versitygw) is not installed; the tests that need it will be skipped"
+  fi
 elif [[ -x "$VENV/bin/versitygw" && "$(versitygw_version "$VENV/bin/versitygw")" == "$VERSITYGW_VERSION" ]]; then
   say "have versitygw $VERSITYGW_VERSION"
 else
   say "building versitygw $VERSITYGW_VERSION into .venv/bin (about a minute on 2 cores)"
-  GOBIN="$VENV/bin" go install "$VERSITYGW_MODULE/cmd/versitygw@$VERSITYGW_VERSION"
+  build="$(mktemp -d)"
+  GOBIN="$build" go install "$VERSITYGW_MODULE/cmd/versitygw@$VERSITYGW_VERSION"
+  mv -f "$build/versitygw" "$VENV/bin/versitygw"
+  rmdir "$build"
 fi
 
 say "done (.venv ready, jars in .venv/jars)"

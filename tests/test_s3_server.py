@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -36,7 +37,7 @@ def _store(server: S3Server) -> S3Store:
     )
 
 
-def _race(writers: int, attempt) -> list[str]:  # type: ignore[no-untyped-def]
+def _race(writers: int, attempt: Callable[[int], object]) -> list[str]:
     """Runs `attempt(i)` in `writers` threads released at once; returns each outcome."""
     barrier = threading.Barrier(writers)
 
@@ -56,7 +57,7 @@ def test_concurrent_creates_of_one_key_have_exactly_one_winner(s3_server: S3Serv
     store = _store(s3_server)
     for round_ in range(ROUNDS):
         key = f"create-{round_}"
-        outcomes = _race(WRITERS, lambda i: obstore.put(store, key, f"writer {i}".encode(), mode="create"))
+        outcomes = _race(WRITERS, lambda i, key=key: obstore.put(store, key, f"writer {i}".encode(), mode="create"))
         assert outcomes.count("won") == 1, outcomes
         assert outcomes.count("refused") == WRITERS - 1, outcomes
         winner = outcomes.index("won")
@@ -74,7 +75,9 @@ def test_if_match_refuses_a_stale_etag_and_one_of_concurrent_swaps_wins(s3_serve
 
     etag = second
     for round_ in range(ROUNDS):
-        outcomes = _race(WRITERS, lambda i: obstore.put(store, "cas", f"r{round_} w{i}".encode(), mode={"e_tag": etag}))
+        outcomes = _race(
+            WRITERS, lambda i, r=round_, e=etag: obstore.put(store, "cas", f"r{r} w{i}".encode(), mode={"e_tag": e})
+        )
         assert outcomes.count("won") == 1, outcomes
         winner = outcomes.index("won")
         result = obstore.get(store, "cas")

@@ -18,7 +18,6 @@ from engine.store.leases import (
     Lease,
     LeaseHeldError,
     LeaseLostError,
-    LeaseRecord,
     fenced_create,
     fenced_replace,
     read_fenced,
@@ -127,16 +126,17 @@ def test_a_stale_holders_conditional_writes_are_refused(store: ObjectStore) -> N
     newer = fenced_replace(b, "default/_system/streams/ORDERS.state", b"last_seq=12", state)
     assert newer.token == 2
 
-    a_renewing = copy.copy(a)
+    # Copies of A's handle, each still trusting token 1: one stale attempt per kind of write.
+    a_renewing, a_replacing, a_replacing_newer = copy.copy(a), copy.copy(a), copy.copy(a)
     with pytest.raises(LeaseLostError):
-        a_renewing.renew()  # its CAS is at the version B replaced
+        a_renewing.renew()  # its compare-and-swap is at the version B replaced
     with pytest.raises(LeaseLostError):
         fenced_create(a, "default/_wal/ORDERS/00000012", b"a's 12")  # the key holds token 2
     assert a.token is None, "a holder that meets a newer token forgets its lease"
     with pytest.raises(LeaseLostError):
-        fenced_replace(_trusting(store, clock_a, 1), "default/_system/streams/ORDERS.state", b"last_seq=11", state)
+        fenced_replace(a_replacing, "default/_system/streams/ORDERS.state", b"last_seq=11", state)
     with pytest.raises(LeaseLostError):
-        fenced_replace(_trusting(store, clock_a, 1), "default/_system/streams/ORDERS.state", b"x", newer)
+        fenced_replace(a_replacing_newer, "default/_system/streams/ORDERS.state", b"x", newer)
     current = read_fenced(store, "default/_system/streams/ORDERS.state")
     assert (current.token, current.payload) == (2, b"last_seq=12")
 
@@ -223,14 +223,6 @@ def test_processes_racing_for_the_lease_never_overlap(
     assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens), tokens
     store = where.open()
     assert read_fenced(store, lease_worker.COUNTER_KEY).payload == str(processes * rounds).encode()
-
-
-def _trusting(store: ObjectStore, clock: ManualClock, token: int) -> Lease:
-    """A holder of `token` that has not yet learnt it was deposed (its renewal is still ahead)."""
-    lease = _lease(store, f"gw-stale-{token}", clock)
-    lease._record = LeaseRecord(lease.owner, token, clock.now_ns() + TTL, "stale")
-    lease._trusted_until_ns = clock.now_ns() + TTL
-    return lease
 
 
 class _AnswerLost(ObjectStore):

@@ -50,6 +50,16 @@ def test_put_get_head_delete(store: ObjectStore) -> None:
     store.delete("a/config.json")  # idempotent, as S3's DELETE
 
 
+def test_a_folder_is_no_object(store: ObjectStore) -> None:
+    store.put("folder/inner", b"x")
+    with pytest.raises(ObjectNotFoundError):
+        store.get("folder")
+    with pytest.raises(ObjectNotFoundError):
+        store.head("folder")
+    with pytest.raises(ObjectNotFoundError):
+        store.get_stream("folder")
+
+
 def test_put_replaces_the_whole_object_and_changes_its_version(store: ObjectStore) -> None:
     first = store.put("k", b"x" * 100)
     second = store.put("k", b"short")

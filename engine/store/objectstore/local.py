@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -56,9 +57,12 @@ class LocalObjectStore(ObjectStore):
 
     def head(self, key: str) -> ObjectMeta:
         try:
-            return _meta(key, os.stat(self._path(key)))
+            st = os.stat(self._path(key))
         except (FileNotFoundError, NotADirectoryError):
             raise ObjectNotFoundError(key) from None
+        if not stat.S_ISREG(st.st_mode):
+            raise ObjectNotFoundError(key)  # a folder: on S3 only a prefix, never an object
+        return _meta(key, st)
 
     def put(self, key: str, data: bytes | Iterable[bytes]) -> ObjectMeta:
         path = self._path(key)
@@ -146,9 +150,13 @@ class LocalObjectStore(ObjectStore):
 
     def _open_fd(self, key: str) -> int:
         try:
-            return os.open(self._path(key), os.O_RDONLY)
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            fd = os.open(self._path(key), os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError):
             raise ObjectNotFoundError(key) from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise ObjectNotFoundError(key)
+        return fd
 
     @contextmanager
     def _open(self, key: str) -> Iterator[int]:
