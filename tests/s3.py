@@ -25,12 +25,15 @@ BUCKET = "jetlake"
 
 
 def versitygw_binary() -> Path | None:
-    """The server binary: `$JETLAKE_VERSITYGW`, the repo's .venv, the running venv, then PATH."""
+    """The server binary: `$JETLAKE_VERSITYGW` if set (only it), else the repo's .venv, the running
+    venv, then PATH."""
     override = os.environ.get(BINARY_ENV)
-    candidates = [Path(override)] if override else []
-    candidates += [ROOT / ".venv" / "bin" / "versitygw", Path(sys.prefix) / "bin" / "versitygw"]
-    on_path = shutil.which("versitygw")
-    candidates += [Path(on_path)] if on_path else []
+    if override:
+        candidates = [Path(override)]
+    else:
+        on_path = shutil.which("versitygw")
+        candidates = [ROOT / ".venv" / "bin" / "versitygw", Path(sys.prefix) / "bin" / "versitygw"]
+        candidates += [Path(on_path)] if on_path else []
     return next((path for path in candidates if path.is_file() and os.access(path, os.X_OK)), None)
 
 
