@@ -19,13 +19,15 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
+from engine import errors
 from engine.ack_events import AckEvent, AckEvents
 from engine.pipeline import GroupCommit, Request
 from engine.store import ack_log
-from engine.store.delta import ensure_table
+from engine.store.backlog import Backlog
+from engine.store.commits import TableCommitter, ensure_table
 from engine.store.layout import ACK_SCHEMA, ACK_TABLE_PROPERTIES, Layout
 from engine.store.lease import commit_lease
 from engine.store.wal import WriteAheadLog
@@ -131,10 +133,12 @@ def _nullable(values: list[object], type_: pa.DataType) -> pa.Array:
 class AckStore:
     """The account's consumer events: log first, then the `_system/acks` table."""
 
-    def __init__(self, layout: Layout, sync_always: bool = False) -> None:
+    def __init__(self, layout: Layout, sync_always: bool = False, backlog: Backlog | None = None) -> None:
         self.layout = layout
         self.path = layout.acks_table
-        self.wal = WriteAheadLog(layout.acks_wal, sync_always=sync_always)
+        self.backlog = backlog or Backlog()
+        self.wal = WriteAheadLog(layout.acks_wal, sync_always=sync_always, name="acklog", backlog=self.backlog)
+        self._table = TableCommitter(self.path, "acks", sync_always)
         self.sync_always = sync_always
         self._lock = threading.Lock()
         self._pending: list[Logged] = []  # logged, not yet in the table: rounds (first event seq, items) or old Arrow records
@@ -145,7 +149,7 @@ class AckStore:
         self.commits = 0
 
     def create(self) -> None:
-        ensure_table(self.path, ACK_SCHEMA, None, ACK_TABLE_PROPERTIES)
+        ensure_table(self.path, ACK_SCHEMA, None, ACK_TABLE_PROPERTIES, self.sync_always)
 
     def append(self, items: list[LogItem]) -> None:
         """Makes the events durable (per the sync policy); concurrent callers share one log write."""
@@ -153,14 +157,33 @@ class AckStore:
 
     def enqueue(self, items: list[LogItem]) -> Ticket | None:
         """Takes the events' place in the log without waiting for the write: called under the stream's
-        lock, the log order is the order in which the events changed the consumers' state."""
+        lock, the log order is the order in which the events changed the consumers' state.
+
+        Raises UnavailableError (503, 10023) when the ack log's backlog is full."""
         items = [i for i in items if isinstance(i, EventRow) or len(i)]
-        return self._commit.enqueue(items) if items else None
+        if not items:
+            return None
+        refusal = self.backlog.refusal(self.wal.size)
+        if refusal is not None:
+            raise errors.UnavailableError(f"insufficient resources: the ack log is not flushed ({refusal})")
+        return self._commit.enqueue(items)
 
     def wait(self, ticket: Ticket | None) -> None:
-        """Returns once the enqueued events are durable (per the sync policy)."""
+        """Returns once the enqueued events are durable (per the sync policy). Raises a 503 (10077)
+        when the log write failed: the events are not logged, and the caller is not answered OK."""
         if ticket is not None:
-            self._commit.wait(ticket)
+            try:
+                self._commit.wait(ticket)
+            except OSError as exc:
+                raise errors.store_failed(f"ack log write failed: {exc}") from exc
+
+    def log_bytes(self) -> int:
+        return self.wal.size
+
+    def repair(self) -> bool:
+        """After a failed write whose partial record could not be cut: tries again; True when the log is writable."""
+        with self._lock:
+            return self.wal.repair()
 
     @property
     def idle(self) -> bool:
@@ -192,8 +215,9 @@ class AckStore:
 
     # -- flush --------------------------------------------------------------------------------
 
-    def flush(self, fold: bool = True) -> int:
-        """Commits the logged events; raises TimeoutError when a Spark job holds the table's lease.
+    def flush(self, fold: bool = True, lease_timeout: float = 0) -> int:
+        """Commits the logged events; raises TimeoutError when a Spark job holds the table's lease
+        longer than `lease_timeout` seconds.
 
         Rows folded by snapshots (and a deleted consumer's) are deleted with it when `fold`, else at
         most every FOLD_INTERVAL seconds: a delete rewrites the table's files, which the background
@@ -203,25 +227,25 @@ class AckStore:
             fold = fold or time.monotonic() - self._folded_at >= FOLD_INTERVAL
             if not self._pending and not (fold and self._folded):
                 return 0
+            segments = self.wal.rotate()  # first: if sealing fails, nothing below has been taken
             batches, self._pending = self._pending, []
             folded: dict[str, int] = {}
             if fold:
                 folded, self._folded = self._folded, {}
-            segments = self.wal.rotate()
         committed = False
         try:
             if batches:
                 table = pa.Table.from_batches(_to_batches(batches), schema=ACK_SCHEMA)
                 last = table.column("event_seq")[-1].as_py()
-                with commit_lease(self.layout.lease_file(self.path), timeout=0):
-                    write_deltalake(
-                        str(self.path), table, mode="append",
-                        commit_properties=CommitProperties(app_transactions=[Transaction(app_id=APP_ID, version=last)]),
+                with commit_lease(self.layout.lease_file(self.path), timeout=lease_timeout):
+                    self._table.append(
+                        lambda done: table.filter(pc.greater(table.column("event_seq"), done)) if done else table,
+                        APP_ID, last,
                     )
                 committed = True
                 self.commits += 1
             if folded:
-                self._delete_folded(folded)
+                self._delete_folded(folded, lease_timeout)
                 self._folded_at = time.monotonic()
         except BaseException:
             with self._lock:
@@ -233,10 +257,10 @@ class AckStore:
         self.wal.remove(segments)
         return len(batches)
 
-    def _delete_folded(self, folded: dict[str, int]) -> None:
+    def _delete_folded(self, folded: dict[str, int], lease_timeout: float) -> None:
         predicate = " OR ".join(f"(consumer_id = '{cid}' AND event_seq < {seq})" for cid, seq in folded.items())
-        with commit_lease(self.layout.lease_file(self.path), timeout=0):
-            DeltaTable(str(self.path)).delete(predicate)
+        with commit_lease(self.layout.lease_file(self.path), timeout=lease_timeout):
+            self._table.delete(predicate)
 
     # -- recovery -----------------------------------------------------------------------------
 

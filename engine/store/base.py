@@ -64,6 +64,15 @@ class StreamStore(Protocol):
 
     def pending_bytes(self) -> int: ...
 
+    def refusal(self) -> str | None:
+        """Why new messages are refused now (the unflushed backlog is full); None when they are taken."""
+
+    def log_bytes(self) -> int:
+        """Bytes in the write-ahead log not yet removed."""
+
+    def unflushed_age(self, now: float | None = None) -> float:
+        """Seconds since the oldest append not yet committed to the table."""
+
     def close(self) -> None: ...
 
     def destroy(self) -> None: ...

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,12 +25,14 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
+from deltalake import DeltaTable, Transaction, WriterProperties
 from deltalake.exceptions import TableNotFoundError
 
 from engine.index import MessageIndex
 from engine.store.rows import KIND_ARROW, KIND_PACKED, RowGroup, Rows, decode
+from engine.store.backlog import Backlog
 from engine.store.base import Recovered, Removal, StoredMessage
+from engine.store.commits import TableCommitter, ensure_table
 from engine.store.layout import (
     PARTITION_COLUMN,
     STREAM_SCHEMA,
@@ -53,12 +56,6 @@ READ_AHEAD = ROW_GROUP_ROWS
 READ_WINDOWS = 8  # decoded row groups reads keep at hand (the groups of several partitions overlap in sequences)
 READ_WINDOW_BYTES = 16 * 1024 * 1024
 _FILE_COLUMNS = [name for name in STREAM_SCHEMA.names if name != PARTITION_COLUMN]
-
-
-def ensure_table(path: Path, schema: pa.Schema, partition_by: list[str] | None, properties: dict[str, str]) -> None:
-    if (path / "_delta_log").exists():
-        return
-    DeltaTable.create(str(path), schema=schema, partition_by=partition_by, configuration=properties, mode="ignore")
 
 
 def _encode_removal(r: Removal) -> bytes:
@@ -102,6 +99,21 @@ def _row_group_rows(table: pa.Table) -> int:
     return int(min(ROW_GROUP_ROWS, max(16, ROW_GROUP_BYTES // average)))
 
 
+def _once_per_seq(table: pa.Table, stream: str) -> pa.Table:
+    """A table sorted by `seq` with each sequence once: an earlier version could append a commit twice
+    (when delta-rs raised after the commit landed); such a warehouse opens, with a warning."""
+    seqs = table.column("seq").to_numpy()
+    if len(seqs) < 2:
+        return table
+    first = np.ones(len(seqs), np.bool_)
+    np.not_equal(seqs[1:], seqs[:-1], out=first[1:])
+    if first.all():
+        return table
+    log.warning("stream %s: its table holds %d rows twice (a commit appended again); each is read once",
+                stream, int((~first).sum()))
+    return table.filter(pa.array(first))
+
+
 def _ranges_to_seqs(ranges: list[tuple[int, int]]) -> np.ndarray:
     if not ranges:
         return np.zeros(0, np.int64)
@@ -118,6 +130,7 @@ class FlushJob:
     last_seq: int
     segments: list[Path]
     buffered_upto: int
+    since: float | None = None  # monotonic time of its oldest append
     messages_committed: bool = False
 
 
@@ -219,16 +232,22 @@ class DeltaStore:
         partition_tokens: int = 0,
         sync_always: bool = False,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
+        backlog: Backlog | None = None,
     ) -> None:
         self.layout = layout
         self.stream = stream
         self.stream_id = stream_id
         self.partition_tokens = partition_tokens
+        self.sync_always = sync_always
         self.table_path = layout.stream_table(stream)
-        self.wal = WriteAheadLog(layout.wal_dir(stream), sync_always=sync_always)
+        self.backlog = backlog or Backlog()
+        self.wal = WriteAheadLog(layout.wal_dir(stream), sync_always=sync_always, backlog=self.backlog)
+        self._table = TableCommitter(self.table_path, "stream", sync_always)
+        self._tombstones = TableCommitter(layout.tombstones_table, "tombstones", sync_always)
         self.buffer = MessageBuffer(cache_bytes)
         self._pending_removals: list[tuple[int, Removal]] = []
         self._unflushed_bytes = 0
+        self._oldest_unflushed: float | None = None
         self._files = _FileMap()
         self._files_lock = threading.Lock()
         self._windows: list[tuple[int, int, _Window]] = []
@@ -249,8 +268,8 @@ class DeltaStore:
         (a delete interrupted by a crash can leave its table or log behind)."""
         shutil.rmtree(self.wal.directory, ignore_errors=True)
         shutil.rmtree(self.table_path, ignore_errors=True)
-        ensure_table(self.table_path, STREAM_SCHEMA, [PARTITION_COLUMN], STREAM_TABLE_PROPERTIES)
-        ensure_table(self.layout.tombstones_table, TOMBSTONE_SCHEMA, None, TOMBSTONE_TABLE_PROPERTIES)
+        ensure_table(self.table_path, STREAM_SCHEMA, [PARTITION_COLUMN], STREAM_TABLE_PROPERTIES, self.sync_always)
+        ensure_table(self.layout.tombstones_table, TOMBSTONE_SCHEMA, None, TOMBSTONE_TABLE_PROPERTIES, self.sync_always)
 
     # -- the write path -----------------------------------------------------------------------
 
@@ -266,9 +285,25 @@ class DeltaStore:
             self._unflushed_bytes += rows.nbytes
         first_lsn = last_lsn - len(removals) + 1
         self._pending_removals.extend((first_lsn + i, r) for i, r in enumerate(removals))
+        if self._oldest_unflushed is None:
+            self._oldest_unflushed = time.monotonic()
 
     def pending_bytes(self) -> int:
         return self._unflushed_bytes
+
+    def log_bytes(self) -> int:
+        """Bytes of the stream's log not yet removed: what a restart would read."""
+        return self.wal.size
+
+    def refusal(self) -> str | None:
+        """Why the stream takes no new messages now (its or the gateway's backlog is full); None if it does."""
+        return self.backlog.refusal(self.wal.size)
+
+    def unflushed_age(self, now: float | None = None) -> float:
+        """Seconds since the oldest append not yet committed to the tables (0 when there is none)."""
+        if self._oldest_unflushed is None:
+            return 0.0
+        return max((time.monotonic() if now is None else now) - self._oldest_unflushed, 0.0)
 
     def has_pending(self) -> bool:
         return self._unflushed_bytes > 0 or bool(self._pending_removals)
@@ -292,27 +327,26 @@ class DeltaStore:
             last_seq=index.last_seq,
             segments=self.wal.rotate(),
             buffered_upto=last_msg_seq,
+            since=self._oldest_unflushed,
         )
         self._pending_removals = []
         self._unflushed_bytes = 0
+        self._oldest_unflushed = None
         return job
 
     def commit(self, job: FlushJob, lease_timeout: float | None = None) -> None:
-        """Writes a sealed job to the tables under their commit leases. Runs outside the stream's lock.
+        """Writes a sealed job to the tables under their commit leases, exactly once (see commits.py).
+        Runs outside the stream's lock.
 
         Raises TimeoutError when a lease stays taken (a Spark job is committing) past `lease_timeout`.
         """
         if job.messages is not None and not job.messages_committed:
+            messages = job.messages
             with commit_lease(self.layout.lease_file(self.table_path), timeout=lease_timeout):
-                write_deltalake(
-                    str(self.table_path),
-                    job.messages,
-                    mode="append",
-                    partition_by=[PARTITION_COLUMN],
-                    writer_properties=WriterProperties(max_row_group_size=_row_group_rows(job.messages), compression="SNAPPY"),
-                    commit_properties=CommitProperties(
-                        app_transactions=[Transaction(app_id=self.stream_id, version=job.last_msg_seq)]
-                    ),
+                self._table.append(
+                    lambda done: messages.filter(pc.greater(messages.column("seq"), done)) if done else messages,
+                    self.stream_id, job.last_msg_seq, partition_by=[PARTITION_COLUMN],
+                    writer_properties=lambda rows: WriterProperties(max_row_group_size=_row_group_rows(rows), compression="SNAPPY"),
                 )
             job.messages_committed = True
             self.commits += 1
@@ -320,8 +354,16 @@ class DeltaStore:
             self._commit_removals(job, lease_timeout)
 
     def _commit_removals(self, job: FlushJob, lease_timeout: float | None) -> None:
+        extra = [Transaction(app_id=self._seq_app, version=max(job.last_seq, 0))]
+        with commit_lease(self.layout.lease_file(self.layout.tombstones_table), timeout=lease_timeout):
+            self._tombstones.append(
+                lambda done: self._tombstone_rows([r for lsn, r in job.removals if lsn > done]),
+                self._lsn_app, job.removals[-1][0], extra=extra,
+            )
+
+    def _tombstone_rows(self, removals: list[Removal]) -> pa.Table:
         rows: dict[str, list[object]] = {name: [] for name in TOMBSTONE_SCHEMA.names}
-        for _, removal in job.removals:
+        for removal in removals:
             for first, last in removal.ranges:
                 rows["stream"].append(self.stream)
                 rows["stream_id"].append(self.stream_id)
@@ -333,14 +375,7 @@ class DeltaStore:
         table = pa.table(
             {k: pa.array(v, TOMBSTONE_SCHEMA.field(k).type if k != "ts" else pa.int64()) for k, v in rows.items()}
         )
-        table = table.set_column(6, "ts", table.column("ts").cast(TOMBSTONE_SCHEMA.field("ts").type)).cast(TOMBSTONE_SCHEMA)
-        path = self.layout.tombstones_table
-        txns = [
-            Transaction(app_id=self._lsn_app, version=job.removals[-1][0]),
-            Transaction(app_id=self._seq_app, version=max(job.last_seq, 0)),
-        ]
-        with commit_lease(self.layout.lease_file(path), timeout=lease_timeout):
-            write_deltalake(str(path), table, mode="append", commit_properties=CommitProperties(app_transactions=txns))
+        return table.set_column(6, "ts", table.column("ts").cast(TOMBSTONE_SCHEMA.field("ts").type)).cast(TOMBSTONE_SCHEMA)
 
     def requeue(self, job: FlushJob) -> None:
         """A commit failed or waited: what it did not write stays pending; its segments are resealed next time.
@@ -353,12 +388,15 @@ class DeltaStore:
             self._stale = True
         elif job.messages is not None:
             self._unflushed_bytes += max(job.messages.nbytes, 1)
+        if job.since is not None:
+            self._oldest_unflushed = min(job.since, self._oldest_unflushed or job.since)
 
     def finish(self, job: FlushJob) -> None:
-        """After a commit: the sealed segments go, the buffered messages become a cache."""
-        self.wal.remove(job.segments)
+        """After a commit: the buffered messages become a cache, the sealed segments go (a segment that
+        cannot be deleted now is retried at the next flush; it is never committed again)."""
         self.buffer.mark_flushed(job.buffered_upto)
         self._stale = True
+        self.wal.remove(job.segments)
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -492,7 +530,12 @@ class DeltaStore:
     # -- recovery -----------------------------------------------------------------------------
 
     def recover(self, index: MessageIndex, msg_id_since_ns: int) -> Recovered:
-        """Rebuilds the index from the table, the tombstones and the log; cuts the log's torn tail."""
+        """Rebuilds the index from the table, the tombstones and the log.
+
+        The log's torn tail is cut and damage inside it read past (wal.py). The next sequence is after
+        the highest one any of them holds, so no sequence is given twice. Segments whose every record
+        is already in the tables (a crash between a commit and their removal) are removed at once.
+        """
         recovered = Recovered()
         flushed_seq, last_seq = 0, 0
         try:
@@ -503,21 +546,48 @@ class DeltaStore:
             flushed_seq = dt.transaction_version(self.stream_id) or 0
             self._load_table_index(dt, index, msg_id_since_ns, recovered)
         tomb_lsn, last_seq = self._apply_tombstones(index)
-        records = self.wal.recover()
+        grouped, segments = self.wal.recover_segments()
         self.wal.next_lsn = max(self.wal.next_lsn, tomb_lsn + 1)
-        for record in records:
-            last_seq = max(last_seq, self._replay(record, flushed_seq, tomb_lsn, index, msg_id_since_ns, recovered))
-        last_seq = max(last_seq, flushed_seq)
+        in_tables: list[Path] = []
+        for path, records in zip(segments, grouped, strict=True):
+            flushed = True
+            for record in records:
+                seq, done = self._replay(record, flushed_seq, tomb_lsn, index, msg_id_since_ns, recovered)
+                last_seq = max(last_seq, seq)
+                flushed = flushed and done
+            if flushed:
+                in_tables.append(path)
+        last_seq = max(last_seq, flushed_seq) + self._sequences_maybe_lost()
         if last_seq > index.last_seq:
             index.skip_to(last_seq + 1)
         self.buffer.flushed_upto = flushed_seq
+        if self.has_pending():
+            self._oldest_unflushed = time.monotonic()
+        if in_tables:
+            self._remove_flushed(in_tables)
         return recovered
+
+    def _sequences_maybe_lost(self) -> int:
+        """How many sequences a damaged last record of the log may have held (no later record bounds
+        them): skipped, so that none is given twice. A sequence takes at least 8 bytes in any record."""
+        lost = sum(d.length // 8 for d in self.wal.damage if d.tail and d.written)
+        if lost:
+            log.error("stream %s: the damaged last log record may have held up to %d messages; their "
+                      "sequences are skipped", self.stream, lost)
+        return lost
+
+    def _remove_flushed(self, segments: list[Path]) -> None:
+        """Removes log segments a commit of an earlier run replaced (made durable first under sync)."""
+        self._table.ensure_durable(self.stream_id)
+        self._tombstones.ensure_durable(self._lsn_app)
+        log.info("stream %s: removing %d log segment(s) already committed to the tables", self.stream, len(segments))
+        self.wal.remove(segments)
 
     def _load_table_index(self, dt: DeltaTable, index: MessageIndex, since_ns: int, recovered: Recovered) -> None:
         table = dt.to_pyarrow_table(columns=["seq", "subject", "ts", "size", "msg_id"])
         if table.num_rows == 0:
             return
-        table = table.sort_by("seq")
+        table = _once_per_seq(table.sort_by("seq"), self.stream)
         seqs = table.column("seq").to_pylist()
         subjects = table.column("subject").to_pylist()
         ts = (table.column("ts").cast(pa.int64()).to_numpy() * 1000).tolist()
@@ -550,11 +620,12 @@ class DeltaStore:
 
     def _replay(
         self, record: Record, flushed_seq: int, tomb_lsn: int, index: MessageIndex, since_ns: int, recovered: Recovered
-    ) -> int:
+    ) -> tuple[int, bool]:
+        """Applies a log record; returns the last sequence it names and whether the tables hold it already."""
         if record.kind in (KIND_ARROW, KIND_PACKED):
             rows = decode(record.kind, record.payload)
             if rows.last_seq <= flushed_seq:
-                return rows.last_seq
+                return rows.last_seq, True
             for i, (subj, t, size, msg_id) in enumerate(zip(rows.subjects, rows.ts, rows.sizes, rows.msg_ids, strict=True)):
                 s = rows.first_seq + i
                 if s > index.last_seq:
@@ -564,7 +635,7 @@ class DeltaStore:
                 recovered.last_msg_id = msg_id
             self.buffer.add(rows)
             self._unflushed_bytes += rows.nbytes
-            return rows.last_seq
+            return rows.last_seq, False
         if record.kind == KIND_REMOVE:
             removal = _decode_removal(record.payload)
             if record.lsn > tomb_lsn:
@@ -572,7 +643,7 @@ class DeltaStore:
                 if removal.last_seq > index.last_seq:
                     index.skip_to(removal.last_seq + 1)
                 self._pending_removals.append((record.lsn, removal))
-            return removal.last_seq
+            return removal.last_seq, record.lsn <= tomb_lsn
         raise RuntimeError(f"unknown write-ahead log record kind {record.kind}")
 
     # -- lifecycle ----------------------------------------------------------------------------

@@ -102,6 +102,15 @@ class MemoryStore:
     def pending_bytes(self) -> int:
         return 0
 
+    def refusal(self) -> str | None:
+        return None
+
+    def log_bytes(self) -> int:
+        return 0
+
+    def unflushed_age(self, now: float | None = None) -> float:
+        return 0.0
+
     def close(self) -> None:
         self.buffer.clear()
 

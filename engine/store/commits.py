@@ -1,0 +1,201 @@
+"""Appending to a Delta table exactly once: the one commit path of the flusher (streams, tombstones, acks).
+
+Each commit carries a Delta app transaction (`txn`: app id, version = the last sequence or LSN it
+holds). Before writing, the table's transaction version is read: rows at or below it are already in
+the table (a commit that landed although the call that made it raised) and are not written again.
+After any exception the version is read again: a commit that landed is a commit, whatever the error
+said. delta-rs raises after the commit when its post-commit checkpoint fails (a nearly full disk,
+every `delta.checkpointInterval`-th version), so the checkpoint is taken here as a step of its own,
+whose failure is logged and leaves the commit standing. Under `--sync always` a commit is made
+durable (its Parquet files, their folders, the commit JSON, `_delta_log/` and the table folder are
+fsynced) before it counts, so the log segments it replaces can be deleted. Counterpart: the
+exactly-once `txn` protocol of Delta Lake (delta.md); nats-server has none (it owns its files).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import unquote
+
+import orjson
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction, WriterProperties, write_deltalake
+from deltalake.exceptions import TableNotFoundError
+
+from engine.store import failpoints
+
+log = logging.getLogger(__name__)
+
+NO_HOOKS = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
+_FIND_BACK = 200  # commits searched backwards for the one holding a transaction version
+
+
+def ensure_table(path: Path, schema: pa.Schema, partition_by: list[str] | None, properties: dict[str, str], sync: bool = False) -> None:
+    """Creates the table if it is missing (its first commit fsynced under `sync`)."""
+    if (path / "_delta_log").exists():
+        return
+    DeltaTable.create(str(path), schema=schema, partition_by=partition_by, configuration=properties, mode="ignore")
+    if sync:
+        _fsync(path / "_delta_log" / _commit_name(0))
+        for folder in (path / "_delta_log", path, path.parent):
+            _fsync(folder)
+
+
+class TableCommitter:
+    """Appends to one table; `step` names its failpoints (`<step>.commit`, `.checkpoint`, `.sync`)."""
+
+    def __init__(self, path: Path, step: str, sync: bool = False) -> None:
+        self.path = path
+        self.step = step
+        self.sync = sync
+        self._durable: dict[str, int] = {}  # app id -> transaction version known to be on disk
+
+    def append(
+        self,
+        rows_after: Callable[[int], pa.Table],
+        app_id: str,
+        version: int,
+        extra: list[Transaction] | None = None,
+        partition_by: list[str] | None = None,
+        writer_properties: Callable[[pa.Table], WriterProperties] | None = None,
+    ) -> int:
+        """Commits `rows_after(v)` (the rows above transaction version v, the table's now) with the
+        transaction (`app_id`, `version`) unless the table holds it already; returns the table version
+        holding it. Raises when it is not committed (or, under sync, not durable)."""
+        dt = DeltaTable(str(self.path))
+        done = dt.transaction_version(app_id) or 0
+        if done >= version:
+            log.info("%s: transaction %s/%d is already in %s; not written again", self.step, app_id, version, self.path)
+            return self._made_durable(app_id, done, dt.version())
+        if done:
+            self._made_durable(app_id, done, dt.version())
+        rows = rows_after(done)
+        try:
+            action = failpoints.hit(f"{self.step}.commit") if failpoints.ARMED else None
+            write_deltalake(
+                dt, rows, mode="append", partition_by=partition_by,
+                writer_properties=writer_properties(rows) if writer_properties else None,
+                commit_properties=CommitProperties(app_transactions=[Transaction(app_id=app_id, version=version), *(extra or [])]),
+                post_commithook_properties=NO_HOOKS,
+            )
+            failpoints.after(f"{self.step}.commit", action)
+        except Exception as exc:
+            dt = self._landed(app_id, version, exc)
+        committed = dt.version()
+        self._checkpoint(dt, committed)
+        if self.sync:
+            self._sync(app_id, version, committed)
+        return committed
+
+    def _landed(self, app_id: str, version: int, exc: Exception) -> DeltaTable:
+        """After a write raised: the table if the commit landed anyway; else the error goes on."""
+        try:
+            dt = DeltaTable(str(self.path))
+            landed = (dt.transaction_version(app_id) or 0) >= version
+        except Exception:  # noqa: BLE001 - the table cannot even be read: the write's own error says more
+            landed = False
+        if not landed:
+            raise exc
+        log.warning("%s: commit of %s/%d to %s raised (%s) after it landed: counted as committed",
+                    self.step, app_id, version, self.path, exc)
+        return dt
+
+    def _checkpoint(self, dt: DeltaTable, version: int) -> None:
+        """A checkpoint every `delta.checkpointInterval` versions, as delta-rs would; a failure is logged only."""
+        try:
+            interval = int(dt.metadata().configuration.get("delta.checkpointInterval", "100"))
+            if interval <= 0 or (version + 1) % interval:
+                return
+            action = failpoints.hit(f"{self.step}.checkpoint") if failpoints.ARMED else None
+            dt.create_checkpoint()
+            dt.cleanup_metadata()
+            failpoints.after(f"{self.step}.checkpoint", action)
+        except Exception as exc:  # noqa: BLE001 - the commit stands; readers replay more JSON until the next checkpoint
+            log.warning("%s: checkpoint of %s at version %d failed (the commit stands): %s", self.step, self.path, version, exc)
+
+    def _sync(self, app_id: str, txn: int, version: int) -> None:
+        action = failpoints.hit(f"{self.step}.sync") if failpoints.ARMED else None
+        sync_commit(self.path, version)
+        failpoints.after(f"{self.step}.sync", action)
+        self._durable[app_id] = txn
+
+    def _made_durable(self, app_id: str, txn: int, latest: int) -> int:
+        """The version holding transaction `txn`, fsynced under sync unless this process did already."""
+        if not self.sync or self._durable.get(app_id, -1) >= txn:
+            return latest
+        holding = find_transaction(self.path, app_id, txn, latest)
+        self._sync(app_id, txn, latest if holding is None else holding)
+        return latest if holding is None else holding
+
+    def ensure_durable(self, app_id: str) -> None:
+        """Under sync: the commit holding the table's transaction for `app_id` is on disk (recovery calls
+        this before deleting log segments that a commit of an earlier process replaced)."""
+        if not self.sync:
+            return
+        try:
+            dt = DeltaTable(str(self.path))
+        except TableNotFoundError:
+            return
+        txn = dt.transaction_version(app_id)
+        if txn:
+            self._made_durable(app_id, txn, dt.version())
+
+    def delete(self, predicate: str) -> None:
+        """Deletes rows (the ack table's folded events); the `<step>.fold` failpoint."""
+        action = failpoints.hit(f"{self.step}.fold") if failpoints.ARMED else None
+        dt = DeltaTable(str(self.path))
+        dt.delete(predicate, post_commithook_properties=NO_HOOKS)
+        failpoints.after(f"{self.step}.fold", action)
+        self._checkpoint(dt, dt.version())
+
+
+def find_transaction(path: Path, app_id: str, txn: int, latest: int) -> int | None:
+    """The table version whose commit carries transaction (`app_id`, `txn`), searched back from `latest`."""
+    for version in range(latest, max(latest - _FIND_BACK, -1), -1):
+        try:
+            lines = (path / "_delta_log" / _commit_name(version)).read_bytes().splitlines()
+        except FileNotFoundError:
+            return None
+        for line in lines:
+            if b'"txn"' in line:
+                action = orjson.loads(line).get("txn") or {}
+                if action.get("appId") == app_id and action.get("version") == txn:
+                    return version
+    return None
+
+
+def sync_commit(path: Path, version: int) -> None:
+    """fsyncs what commit `version` of the table at `path` made: its added files, their folders up to
+    the table's, the commit JSON and `_delta_log/`."""
+    commit = path / "_delta_log" / _commit_name(version)
+    folders: set[Path] = {path, path / "_delta_log"}
+    for line in commit.read_bytes().splitlines():
+        if b'"add"' not in line:
+            continue
+        add = orjson.loads(line).get("add")
+        if not add:
+            continue
+        file = path / unquote(add["path"])
+        _fsync(file)
+        folder = file.parent
+        while folder != path and path in folder.parents:
+            folders.add(folder)
+            folder = folder.parent
+    _fsync(commit)
+    for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
+        _fsync(folder)
+
+
+def _commit_name(version: int) -> str:
+    return f"{version:020d}.json"
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
