@@ -36,6 +36,7 @@ from engine.consumer_config import (
     parse_consumer_config,
 )
 from engine.store.acks import SNAPSHOT, AckStore, EventBlock, EventRow, LogItem, Ticket
+from engine.store.backlog import Backlog
 from engine.store.files import atomic_write
 from engine.store.layout import Layout, file_name
 
@@ -51,10 +52,10 @@ _NAME_ALPHABET = string.ascii_uppercase + string.digits
 class Consumers:
     """Every consumer of every stream of one account."""
 
-    def __init__(self, layout: Layout, clock: Clock, sync_always: bool) -> None:
+    def __init__(self, layout: Layout, clock: Clock, sync_always: bool, backlog: Backlog | None = None) -> None:
         self.layout = layout
         self.clock = clock
-        self.acks = AckStore(layout, sync_always)
+        self.acks = AckStore(layout, sync_always, backlog)
         self.notify: Callable[[str], None] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------

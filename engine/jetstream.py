@@ -4,9 +4,10 @@ One process owns a warehouse (an owner lock refuses a second). Streams are found
 subject; a publish is routed to the stream whose subjects capture it and goes through that stream's
 group commit. File streams keep their config in `_system/streams/<name>.json` and recover their
 state from their table, the tombstones and their log on start; memory streams live and die with
-the process. A background flusher moves each stream's log into its Delta table every
-`flush_interval`, or sooner once `flush_bytes` are waiting. Counterpart: server/jetstream.go and the
-stream parts of server/jetstream_api.go.
+the process. The flusher (engine/flusher.py) moves each stream's log into its Delta table every
+`flush_interval`, or sooner once `flush_bytes` are waiting. A stream whose recovery fails is kept
+apart (every request on it is a 503, `/healthz` lists it) and the others serve. Counterpart:
+server/jetstream.go and the stream parts of server/jetstream_api.go.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
 from engine import errors
@@ -28,10 +30,12 @@ from engine.clock import Clock, SystemClock
 from engine.consumer import Delivery
 from engine.consumers import Consumers
 from engine.config import StreamConfig, check_stream_config, check_stream_update, parse_stream_config, same_config
+from engine.flusher import ACKS, Flusher, FlushResult, FlushStats
 from engine.info import rfc3339, state_json
 from engine.kv import KeyValueStores
 from engine.objects import ObjectStores
 from engine.pipeline import GroupCommit
+from engine.store.backlog import DEFAULT_MAX_LOG_BYTES, DEFAULT_MAX_TOTAL_BYTES, Backlog
 from engine.store.base import StoredMessage, StreamStore
 from engine.store.delta import DEFAULT_CACHE_BYTES, DeltaStore
 from engine.store.files import atomic_write
@@ -57,17 +61,8 @@ class EngineOptions:
     max_payload: int = DEFAULT_MAX_PAYLOAD
     cache_bytes: int = DEFAULT_CACHE_BYTES
     account: str = "default"
-
-
-@dataclass
-class FlushStats:
-    commits: int = 0
-    flushes: int = 0
-    failures: int = 0
-    last_error: str | None = None
-    seconds: float = 0.0
-    messages: int = 0
-    lease_waits: int = 0
+    max_unflushed_bytes: int = DEFAULT_MAX_LOG_BYTES  # per log: each stream's, the ack log
+    max_unflushed_total: int = DEFAULT_MAX_TOTAL_BYTES  # every log of the gateway together
 
 
 @dataclass
@@ -90,12 +85,9 @@ class JetStream:
         self._streams: dict[str, _Entry] = {}
         self._by_subject: dict[str, str | None] = {}
         self._lock = threading.RLock()
-        self._flush_lock = threading.Lock()
-        self._flush_wake = threading.Event()
-        self._stop = threading.Event()
-        self._flusher: threading.Thread | None = None
-        self.flush_stats = FlushStats()
-        self.consumers = Consumers(self.layout, self.clock, self.options.sync_always)
+        self.backlog = Backlog(self.options.max_unflushed_bytes, self.options.max_unflushed_total)
+        self.consumers = Consumers(self.layout, self.clock, self.options.sync_always, self.backlog)
+        self.flusher = Flusher(self.streams, self.consumers, self._reload, self.options.flush_interval)
         self.notify: Callable[[str], None] | None = None
         self.opened = False
         self.kv = KeyValueStores(self)
@@ -109,7 +101,7 @@ class JetStream:
             self.layout.stream_configs.mkdir(parents=True, exist_ok=True)
             for path in sorted(self.layout.stream_configs.glob("*.json")):
                 self._load_stream(path)
-            self.consumers.open({name: e.stream for name, e in self._streams.items()})
+            self.consumers.open({name: e.stream for name, e in self._streams.items() if e.stream.recovered})
             self.consumers.notify = self._notify
             self.objects.sweep_orphans()
         except BaseException:
@@ -117,30 +109,38 @@ class JetStream:
             raise
         self.opened = True
         if start_flusher:
-            self._flusher = threading.Thread(target=self._flush_loop, name="jetlake-flusher", daemon=True)
-            self._flusher.start()
+            self.flusher.start()
 
     def close(self) -> None:
-        self._stop.set()
-        self._flush_wake.set()
-        if self._flusher is not None:
-            self._flusher.join()
-            self._flusher = None
+        self.flusher.stop()
         if self.opened:
-            self.flush()
+            result = self.flusher.flush()
             for entry in list(self._streams.values()):
-                entry.stream.store.close()
+                try:
+                    entry.stream.store.close()
+                except OSError as exc:
+                    log.error("closing stream %s's log failed: %s", entry.stream.name, exc)
             self._owner.release()
             self.opened = False
-            log.info("engine closed: every stream flushed, warehouse released")
+            if result.failed:
+                log.error("engine closed; not committed (kept in the logs for the next start): %s", result.failed)
+            else:
+                log.info("engine closed: every stream flushed, warehouse released")
 
     def _load_stream(self, path: Path) -> None:
+        """Recovers one stream; a stream that cannot be recovered is kept apart, refusing every request."""
         record = orjson.loads(path.read_bytes())
         config, _ = parse_stream_config(record["config"])
         config = check_stream_config(config)
         started = time.monotonic()
         stream = self._new_stream(config, record["created"], record["stream_id"])
-        stream.recover()
+        try:
+            stream.recover()
+        except Exception as exc:  # noqa: BLE001 - one bad stream must not keep the others from serving
+            log.exception("stream %s cannot be recovered; it refuses every request until a restart recovers it", config.name)
+            stream = self._new_stream(config, record["created"], record["stream_id"])
+            stream.unavailable = stream.failure = f"recovery failed: {type(exc).__name__}: {exc}"
+            stream.recovered = False
         self._streams[config.name] = _Entry(stream)
         log.info(
             "recovered stream %s: %d messages, last seq %d, in %.2fs",
@@ -148,15 +148,24 @@ class JetStream:
         )
 
     def _new_stream(self, config: StreamConfig, created: int, stream_id: str) -> Stream:
-        store: StreamStore
+        return Stream(config, created, stream_id, self._new_store(config, stream_id), self.clock, self.options.max_payload)
+
+    def _new_store(self, config: StreamConfig, stream_id: str) -> StreamStore:
         if config.storage == "memory":
-            store = MemoryStore()
-        else:
-            store = DeltaStore(
-                self.layout, config.name, stream_id, config.partition_tokens,
-                self.options.sync_always, self.options.cache_bytes,
-            )
-        return Stream(config, created, stream_id, store, self.clock, self.options.max_payload)
+            return MemoryStore()
+        return DeltaStore(
+            self.layout, config.name, stream_id, config.partition_tokens,
+            self.options.sync_always, self.options.cache_bytes, self.backlog,
+        )
+
+    def _reload(self, stream: Stream) -> None:
+        """Re-reads a stream from disk after a failed log write (the flusher calls it, holding its lock,
+        so no commit of the stream is under way); its consumers drop what is gone."""
+        stream.reload(self._new_store(stream.config, stream.stream_id))
+        with stream.lock:
+            for consumer in stream.consumers.values():
+                gone = [s for s in consumer.state.pending if not stream.index.is_live(s)]
+                consumer.drop_removed(np.array(gone, np.int64))
 
     # -- streams ------------------------------------------------------------------------------
 
@@ -169,6 +178,7 @@ class JetStream:
         with self._lock:
             existing = self._streams.get(config.name)
             if existing is not None:
+                _check_available(existing.stream)
                 if same_config(existing.stream.config, config):
                     return self._info(existing.stream), False
                 raise errors.stream_name_exists()
@@ -208,7 +218,7 @@ class JetStream:
 
     def delete_stream(self, name: str) -> None:
         # Lock order everywhere: the flush lock before the registry lock (flush() takes both).
-        with self._flush_lock, self._lock:
+        with self.flusher.lock, self._lock:
             entry = self._streams.get(name)
             if entry is None:
                 raise errors.StreamNotFoundError()
@@ -235,8 +245,13 @@ class JetStream:
             streams = [e.stream for _, e in sorted(self._streams.items())]
         if subject is not None:
             streams = [s for s in streams if any(subjects_collide(subject, x) for x in s.config.subjects or [])]
+        missing = [s.name for s in streams if s.unavailable is not None]  # as JetStream lists streams it cannot reach
+        streams = [s for s in streams if s.unavailable is None]
         page = streams[offset : offset + limit]
-        return {"total": len(streams), "offset": offset, "limit": limit, "streams": [self._info(s) for s in page]}
+        answer = {"total": len(streams), "offset": offset, "limit": limit, "streams": [self._info(s) for s in page]}
+        if missing:
+            answer["missing"] = missing
+        return answer
 
     def stream(self, name: str) -> Stream:
         return self._stream(name)
@@ -245,11 +260,23 @@ class JetStream:
         entry = self._streams.get(name)
         if entry is None:
             raise errors.StreamNotFoundError()
+        _check_available(entry.stream)
         return entry.stream
 
     @property
     def healthy(self) -> bool:
-        return self.opened and not any(s.failure for s in self.streams())
+        """The gateway takes writes: open, within its backlog bound, its ack log writable."""
+        return self.opened and self.write_refusal() is None
+
+    def write_refusal(self) -> str | None:
+        """Why the gateway as a whole takes no writes now; None when it does (a single stream may still refuse)."""
+        if not self.opened:
+            return "the engine is not open"
+        if self.backlog.total >= self.backlog.max_total_bytes:
+            return f"{self.backlog.total} unflushed bytes in the logs, the bound is {self.backlog.max_total_bytes}"
+        if self.consumers.acks.wal.broken is not None:
+            return f"the ack log refuses writes: {self.consumers.acks.wal.broken}"
+        return None
 
     def streams(self) -> list[Stream]:
         with self._lock:
@@ -335,7 +362,7 @@ class JetStream:
     def _maybe_wake_flusher(self, entry: _Entry) -> None:
         self._notify(entry.stream.name)
         if entry.stream.store.pending_bytes() >= self.options.flush_bytes:
-            self._flush_wake.set()
+            self.flusher.wake()
 
     def publish_nowait(self, messages: list[InboundMessage]) -> list[PublishResult] | None:
         """Publishes at once if that needs no waiting: one stream, its lock free, no fsync to wait for.
@@ -401,8 +428,8 @@ class JetStream:
         `timeout` seconds, e.g. while a Spark job holds the table's lease."""
         limit = 2 * self.options.flush_bytes
         deadline = time.monotonic() + timeout
-        while stream.store.pending_bytes() >= limit and self._flusher is not None and time.monotonic() < deadline:
-            self._flush_wake.set()
+        while stream.store.pending_bytes() >= limit and self.flusher.running and time.monotonic() < deadline:
+            self.flusher.wake()
             time.sleep(0.005)
 
     def publish_one(self, subject: str, data: bytes, headers: dict[str, list[str]] | None = None) -> PublishResult:
@@ -458,79 +485,61 @@ class JetStream:
 
     # -- the flusher --------------------------------------------------------------------------
 
-    def _flush_loop(self) -> None:
-        while not self._stop.is_set():
-            self._flush_wake.wait(self.options.flush_interval)
-            self._flush_wake.clear()
-            if self._stop.is_set():
-                break
-            try:
-                self.flush(fold_acks=False)
-            except Exception:  # keep flushing; the failure is in flush_stats and the log
-                log.exception("flush failed")
+    @property
+    def flush_stats(self) -> FlushStats:
+        return self.flusher.stats
 
     def flush(self, fold_acks: bool = True) -> int:
-        """Commits every stream's unflushed log to its table now; returns the commits made.
+        """Commits every stream's unflushed log (and the ack log) to the tables now; returns the commits
+        made. `flush_report` also says what could not be committed."""
+        return self.flusher.flush(fold_acks).commits
 
-        `fold_acks=False` (the background flusher) leaves the deletion of folded ack rows to their
-        own, slower cadence (AckStore.flush)."""
-        commits = 0
-        with self._flush_lock:
-            started = time.monotonic()
-            for stream in self.streams():
-                stream.tick()
-                commits += self._flush_stream(stream)
-            self.consumers.tick(self.streams())
-            try:
-                commits += self.consumers.flush(fold_acks)
-            except TimeoutError:
-                self.flush_stats.lease_waits += 1
-            except Exception as exc:
-                self.flush_stats.failures += 1
-                self.flush_stats.last_error = f"acks: {exc}"
-                log.exception("flushing the ack table failed; its log is kept and retried")
-            self.flush_stats.flushes += 1
-            self.flush_stats.commits += commits
-            self.flush_stats.seconds += time.monotonic() - started
-            if commits:
-                self.flush_stats.last_error = None
-        return commits
+    def flush_report(self, lease_wait: float = 0) -> FlushResult:
+        """`flush`, waiting up to `lease_wait` seconds for a maintenance job's commit lease; the result
+        lists each stream or table it could not commit, with the error (a lease held is one)."""
+        return self.flusher.flush(fold_acks=True, lease_timeout=lease_wait)
 
     def flush_stream(self, stream: Stream) -> int:
         """Commits one stream's log now (a large upload keeps its own backlog small); 1 if it committed."""
-        with self._flush_lock:
-            commits = self._flush_stream(stream)
-            self.flush_stats.commits += commits
-            return commits
+        return self.flusher.flush_stream(stream)
 
-    def _flush_stream(self, stream: Stream) -> int:
-        store = stream.store
-        if not isinstance(store, DeltaStore):
-            return 0
-        with stream.lock:
-            job = store.seal(stream.index)
-        if job is None:
-            return 0
-        try:
-            store.commit(job, lease_timeout=0)
-        except TimeoutError:
-            # A Spark job holds the table's lease: its messages wait in the log for the next round,
-            # and the other streams are not held up.
-            with stream.lock:
-                store.requeue(job)
-            self.flush_stats.lease_waits += 1
-            return 0
-        except Exception as exc:
-            with stream.lock:
-                store.requeue(job)
-            self.flush_stats.failures += 1
-            self.flush_stats.last_error = f"{stream.name}: {exc}"
-            log.exception("flushing stream %s failed; its log is kept and retried", stream.name)
-            return 0
-        with stream.lock:
-            store.finish(job)
-        self.flush_stats.messages += job.messages.num_rows if job.messages is not None else 0
-        return 1
+    def health(self) -> dict[str, Any]:
+        """What `/healthz` reports: whether writes are taken, failing flushes, lag, failed streams, damaged logs."""
+        now = time.monotonic()
+        streams = self.streams()
+        failing = self.flusher.failing()
+        refusal = self.write_refusal()
+        failed = [
+            {"stream": s.name, "error": s.unavailable or s.failure, "reads": s.unavailable is None}
+            for s in streams if s.failure is not None or s.unavailable is not None
+        ]
+        flushes = [
+            {"table": name if name == ACKS else f"streams/{name}", "consecutive_failures": h.consecutive_failures,
+             "last_error": h.last_error, "failing_since": rfc3339(h.failing_since_ns or 0)}
+            for name, h in sorted(failing.items())
+        ]
+        damage = [
+            {"stream": s.name, **d.to_json()} for s in streams if isinstance(s.store, DeltaStore) for d in s.store.wal.damage
+        ]
+        damage += [{"table": ACKS, **d.to_json()} for d in self.consumers.acks.wal.damage]
+        status = "unavailable" if refusal else "degraded" if failed or flushes else "ok"
+        answer: dict[str, Any] = {
+            "status": status,
+            "writes": refusal is None,
+            "lag": {
+                "oldest_unflushed_seconds": round(max((s.store.unflushed_age(now) for s in streams), default=0.0), 3),
+                "unflushed_bytes": self.backlog.total,
+                "max_unflushed_bytes": self.backlog.max_total_bytes,
+            },
+            "flush": {"failing": flushes, "failures_total": self.flush_stats.failures},
+        }
+        if refusal:
+            answer["error"] = refusal
+        if failed:
+            answer["streams_failed"] = failed
+        if damage:
+            answer["log_damage"] = damage
+        return answer
 
     # -- account ------------------------------------------------------------------------------
 
@@ -556,3 +565,8 @@ class JetStream:
                 "max_bytes_required": False,
             },
         }
+
+
+def _check_available(stream: Stream) -> None:
+    if stream.unavailable is not None:
+        raise errors.UnavailableError(f"stream {stream.name} is unavailable: {stream.unavailable}")

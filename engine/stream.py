@@ -100,7 +100,9 @@ class Stream:
         self.last_msg_id: str | None = None
         self.consumers: dict[str, Consumer] = {}
         self.deleted = False
-        self.failure: str | None = None
+        self.failure: str | None = None  # set: writes are refused (503)
+        self.unavailable: str | None = None  # set: every request is refused (503): memory is not what the disk holds
+        self.recovered = True  # False: its recovery failed at start; only a restart loads it
 
     @property
     def name(self) -> str:
@@ -123,12 +125,29 @@ class Stream:
                 self.index.skip_to(self.config.first_seq)
             self._expire(self.clock.now_ns())
 
+    def reload(self, store: StreamStore) -> None:
+        """Forgets the in-memory state and rebuilds it from the disk through a fresh `store`: after a
+        failed log write, whose messages and removals memory had already applied. Writes stay refused
+        (`failure`) until the flusher finds the log writable again."""
+        with self.lock:
+            old, self.store = self.store, store
+            try:
+                old.close()
+            except OSError:
+                pass  # its segment is re-read from disk below; a failed close loses nothing acknowledged
+            self.index = MessageIndex()
+            self._msg_ids = {}
+            self._msg_id_order = deque()
+            self.last_msg_id = None
+            self.recover()
+            self.unavailable = None
+
     def start_at_first_seq(self) -> None:
         """A new stream with `first_seq`: its first message gets that sequence, durably."""
         with self.lock:
             if self.config.first_seq and self.config.first_seq > 1:
                 self.index.skip_to(self.config.first_seq)
-                self.store.append([], [Removal([], "first_seq", last_seq=self.index.last_seq, ts=self.clock.now_ns())])
+                self._store_append([], [Removal([], "first_seq", last_seq=self.index.last_seq, ts=self.clock.now_ns())])
 
     # -- publish ------------------------------------------------------------------------------
 
@@ -136,16 +155,15 @@ class Stream:
         """Checks and stores the messages of one group commit; one store append for all of them."""
         with self.lock:
             self._check_writable()
+            refusal = self.store.refusal()
+            if refusal is not None:
+                raise errors.UnavailableError(f"insufficient resources: stream {self.name} is not flushed ({refusal})")
             now = self.clock.now_ns()
             accepted = _Accepted()
             self._expire(now, accepted)
             plain = self._plain_path_allowed()
             results = [self._process_group(group, plain, now, accepted) for group in groups]
-            try:
-                self._append(accepted, now)
-            except OSError as exc:
-                self.failure = f"write-ahead log write failed: {exc}"
-                raise errors.UnavailableError(f"stream {self.name} is offline: {self.failure}") from exc
+            self._append(accepted, now)
             if self.config.storage == "memory":
                 self.store.forget_below(self.index.first_seq)  # type: ignore[attr-defined]
             return results
@@ -162,8 +180,26 @@ class Stream:
     def _check_writable(self) -> None:
         if self.deleted:
             raise errors.StreamNotFoundError()
+        if self.unavailable is not None:
+            raise errors.UnavailableError(f"stream {self.name} is unavailable: {self.unavailable}")
         if self.failure is not None:
-            raise errors.UnavailableError(f"stream {self.name} is offline: {self.failure}")
+            raise errors.store_failed(f"stream {self.name} refuses writes: {self.failure}")
+
+    def _store_append(self, groups: list[RowGroup], removals: list[Removal]) -> None:
+        """Every write to the store. A failed log write leaves the log as it was (wal.py) but memory
+        ahead of it: the stream refuses everything until the flusher has re-read it (`reload`)."""
+        if self.deleted:
+            raise errors.StreamNotFoundError()
+        cause: OSError | None = None
+        if self.failure is None:
+            try:
+                self.store.append(groups, removals)
+                return
+            except OSError as exc:
+                cause = exc
+                self.failure = f"write-ahead log write failed: {exc}"
+        self.unavailable = self.failure
+        raise errors.store_failed(f"stream {self.name} refuses writes: {self.failure}") from cause
 
     def _plain_path_allowed(self) -> bool:
         """Whether messages without headers can skip the per-message checks: only size can refuse them."""
@@ -398,9 +434,10 @@ class Stream:
             acc.remove("limits", self._remove(seqs[:cut]))
 
     def _expire(self, now: int, acc: _Accepted | None = None) -> None:
-        """`max_age`: messages older than it leave every read at once."""
+        """`max_age`: messages older than it leave every read at once (not while writes are refused:
+        the removal could not be logged)."""
         max_age = self.config.max_age
-        if not max_age or self.index.msgs == 0 or self.index.first_ts >= now - max_age:
+        if not max_age or self.index.msgs == 0 or self.index.first_ts >= now - max_age or self.failure is not None:
             return
         seqs = self._remove(self.index.seqs_before_time(now - max_age))
         if acc is not None:
@@ -417,7 +454,7 @@ class Stream:
 
     def _append(self, acc: _Accepted, now: int) -> None:
         acc.close()
-        self.store.append(acc.groups, self._removals(acc.removed, now))
+        self._store_append(acc.groups, self._removals(acc.removed, now))
 
     def _removals(self, removed: dict[str, list[int]], now: int, erase: bool = False) -> list[Removal]:
         return [
@@ -429,7 +466,7 @@ class Stream:
     def _record_removals(self, removed: dict[str, list[int]], now: int, erase: bool = False) -> None:
         removals = self._removals(removed, now, erase)
         if removals:
-            self.store.append([], removals)
+            self._store_append([], removals)
 
     def _remember_msg_id(self, msg_id: str, seq: int, ts: int) -> None:
         self._msg_ids[msg_id] = (seq, ts)
@@ -450,6 +487,8 @@ class Stream:
         """An update: lower limits take effect at once, as in JetStream."""
         with self.lock:
             self.config = config
+            if self.failure is not None:
+                return  # the lower limits apply after the stream is writable again, at its next publish
             acc = _Accepted()
             now = self.clock.now_ns()
             self._expire(now, acc)
@@ -474,6 +513,7 @@ class Stream:
             seqs = seqs[self.index.live_mask(seqs)] if len(seqs) else seqs
             if not len(seqs):
                 return 0
+            self._check_writable()
             self._remove(seqs)
             self._record_removals({reason: seqs.tolist()}, self.clock.now_ns())
             return len(seqs)
@@ -486,6 +526,7 @@ class Stream:
             seqs = seqs[self.index.live_mask(seqs)] if len(seqs) else seqs
             if not len(seqs):
                 return 0
+            self._check_writable()
             self._remove(seqs)
             self._record_removals({"erase": seqs.tolist()}, self.clock.now_ns(), erase=True)
             return len(seqs)
@@ -577,6 +618,7 @@ class Stream:
                 raise errors.msg_delete_failed("stream store EOF")
             if not self.index.is_live(seq):
                 raise errors.sequence_not_found(seq)
+            self._check_writable()
             self._remove(np.array([seq], np.int64))
             self._record_removals({"erase" if erase else "delete": [seq]}, self.clock.now_ns(), erase)
 
@@ -593,6 +635,7 @@ class Stream:
                 raise errors.sealed()
             if self.config.deny_purge:
                 raise errors.purge_failed("stream purge not permitted")
+            self._check_writable()
             now = self.clock.now_ns()
             self._expire(now)
             ix = self.index
@@ -619,7 +662,7 @@ class Stream:
             if len(seqs) or ix.last_seq != last_before:
                 self._record_removals({"purge": seqs.tolist()} if len(seqs) else {}, now)
                 if not len(seqs):
-                    self.store.append([], [Removal([], "purge", False, ix.last_seq, now)])
+                    self._store_append([], [Removal([], "purge", False, ix.last_seq, now)])
             return len(seqs)
 
 
