@@ -33,6 +33,7 @@ from typing import Any, TextIO
 
 from engine import EngineOptions, JetStream
 from engine.jetstream import DEFAULT_FLUSH_BYTES, DEFAULT_FLUSH_INTERVAL
+from engine.store.backlog import DEFAULT_MAX_LOG_BYTES, DEFAULT_MAX_TOTAL_BYTES
 from engine.store.lease import OwnerLockedError
 from engine.messages import DEFAULT_MAX_PAYLOAD
 
@@ -70,6 +71,8 @@ def _serve(args: argparse.Namespace) -> int:
         flush_interval=args.flush_interval,
         flush_bytes=args.flush_bytes,
         max_payload=args.max_payload,
+        max_unflushed_bytes=args.max_unflushed_bytes,
+        max_unflushed_total=args.max_unflushed_total,
     )
     engine = JetStream(args.warehouse, options)
     try:
@@ -369,6 +372,13 @@ def _print_rows(columns: Sequence[str], rows: Iterable[Sequence[Any]], fmt: str,
     out.write(f"({len(cells)} row{'s' if len(cells) != 1 else ''})\n")
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return value
+
+
 def _positive_float(text: str) -> float:
     value = float(text)
     if value <= 0:
@@ -391,6 +401,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="seconds between commits of each stream's log to its Delta table")
     serve.add_argument("--flush-bytes", type=int, default=DEFAULT_FLUSH_BYTES,
                        help="commit a stream early once this many bytes wait in its log")
+    serve.add_argument("--max-unflushed-bytes", type=_positive_int, default=DEFAULT_MAX_LOG_BYTES,
+                       help="bound of each log (a stream's, the ack log) not yet committed to its table; past it "
+                            "publishes (acks) get a 503 until the flusher catches up")
+    serve.add_argument("--max-unflushed-total", type=_positive_int, default=DEFAULT_MAX_TOTAL_BYTES,
+                       help="bound of all the gateway's logs together; past it every publish and ack gets a 503")
     serve.add_argument("--max-payload", type=int, default=DEFAULT_MAX_PAYLOAD, help="largest message (headers + data)")
     serve.add_argument("--max-body", type=int, default=64 * 1024 * 1024, help="largest request body; larger is 413")
     serve.add_argument("--log-level", default="info", choices=LOG_LEVELS)

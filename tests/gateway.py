@@ -24,9 +24,10 @@ def free_port() -> int:
 class Gateway:
     """Starts, kills and restarts one gateway process; stopped by its PID only."""
 
-    def __init__(self, warehouse: Path, *args: str) -> None:
+    def __init__(self, warehouse: Path, *args: str, env: dict[str, str] | None = None) -> None:
         self.warehouse = warehouse
         self.args = list(args)
+        self.env = env or {}  # added to this process's environment, e.g. JETLAKE_FAILPOINTS
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -35,7 +36,7 @@ class Gateway:
     def start(self, timeout: float = 20.0) -> Gateway:
         cmd = [str(JETLAKE), "serve", "--warehouse", str(self.warehouse), "--port", str(self.port), *self.args]
         with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ})
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **self.env})
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
