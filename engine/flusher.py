@@ -144,9 +144,10 @@ class Flusher:
             self._heal(streams)
             for stream in streams:
                 if stream.unavailable is None:
-                    stream.tick()
+                    self._tick(stream.name, stream.tick)
                     result.commits += self._flush_stream(stream, lease_timeout, result)
-            self._consumers.tick([s for s in streams if s.unavailable is None])
+            writable = [s for s in streams if s.unavailable is None and s.failure is None]
+            self._tick("consumers", lambda: self._consumers.tick(writable))
             result.commits += self._flush_acks(fold_acks, lease_timeout, result)
             self.stats.flushes += 1
             self.stats.commits += result.commits
@@ -195,6 +196,20 @@ class Flusher:
         health.succeeded()
         self.stats.messages += job.messages.num_rows if job.messages is not None else 0
         return 1
+
+    @staticmethod
+    def _tick(what: str, tick: Callable[[], None]) -> None:
+        """Expiry and consumer timers: a failure (a refused write) must not stop the flush after it,
+        which is what relieves a full backlog."""
+        try:
+            tick()
+        except Exception as exc:  # noqa: BLE001 - retried at the next round
+            log.warning("the periodic tick of %s failed (retried at the next flush): %s", what, exc)
+
+    def forget(self, name: str) -> None:
+        """A deleted stream: its figures go."""
+        self.health.pop(name, None)
+        self._healing.pop(name, None)
 
     @staticmethod
     def _requeue(stream: Stream, job: Any) -> None:

@@ -229,6 +229,7 @@ class JetStream:
                 self._by_subject.clear()
                 self.layout.stream_config(name).unlink(missing_ok=True)
                 entry.stream.store.destroy()
+                self.flusher.forget(name)
         self._notify(name)  # waiting pulls and watches of the stream end now, not at their next timeout
 
     def stream_info(self, name: str, subjects_filter: str | None = None) -> dict[str, Any]:

@@ -280,7 +280,8 @@ class WriteAheadLog:
             raise
         self.next_lsn = lsn
         self._current_size += total
-        self._grow(total)
+        self.size += total
+        self.backlog.add(total)
         self.bytes_written += total
         return lsn - 1
 
