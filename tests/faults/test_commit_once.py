@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from deltalake import DeltaTable
+import pyarrow.compute as pc
+from deltalake import DeltaTable, write_deltalake
 
 from engine import EngineOptions, JetStream, ManualClock
 from tests.faults.harness import table_rows
@@ -37,13 +38,35 @@ def test_a_commit_whose_checkpoint_fails_is_stored_once(warehouse: Path, clock: 
             js.flush()
     finally:
         js.close()
-    assert table_rows(warehouse) == {i + 1: None for i in range(6)}
-    assert DeltaTable(str(table)).transaction_version(js.stream(STREAM).stream_id) == 6
-
-    again = _engine(warehouse, clock)
+    again = _engine(warehouse, clock)  # before the fix: "sequence N is not after the last sequence N"
     try:
         assert again.stream_info(STREAM)["state"]["last_seq"] == 6
         assert again.publish_one("faults.next", b"next").seq == 7  # type: ignore[union-attr]
     finally:
         again.close()
+    assert table_rows(warehouse) == {i + 1: None for i in range(7)}, "each message once in the table"
     assert js.flush_stats.failures == 0, "the failed checkpoint is logged; the commit stands"
+
+
+def test_a_table_holding_rows_twice_opens_with_each_once(warehouse: Path, clock: ManualClock) -> None:
+    """A warehouse damaged by the defect (a commit appended twice) opens; each sequence counts once."""
+    js = _engine(warehouse, clock)
+    try:
+        js.add_stream({"name": STREAM, "subjects": ["faults.>"]})
+        for i in range(4):
+            js.publish_one(f"faults.{i}", b"m%d" % i)
+        js.flush()
+    finally:
+        js.close()
+    table = warehouse / "default" / "streams" / STREAM
+    rows = DeltaTable(str(table)).to_pyarrow_table()
+    write_deltalake(str(table), rows.filter(pc.greater(rows.column("seq"), 2)), mode="append",
+                    partition_by=["subject_partition"])
+    again = _engine(warehouse, clock)
+    try:
+        state = again.stream_info(STREAM)["state"]
+        assert (state["messages"], state["last_seq"]) == (4, 4)
+        assert again.get_message(STREAM, 3).data == b"m2"
+        assert again.publish_one("faults.next", b"next").seq == 5  # type: ignore[union-attr]
+    finally:
+        again.close()

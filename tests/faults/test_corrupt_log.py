@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 
 from engine import EngineOptions, InboundMessage, JetStream, ManualClock
+from engine.store.failpoints import ENV
 from engine.store.lease import commit_lease
 from engine.store.rows import decode
 from engine.store.wal import HEADER_SIZE, read_segment
-from tests.faults.harness import table_rows
+from tests.faults.harness import Load, create_stream, table_rows
+from tests.gateway import Gateway
 
 STREAM = "FAULTS"
 
@@ -90,3 +92,32 @@ def test_a_damaged_record_is_reported_and_what_follows_is_recovered(
         js.close()
     rows = table_rows(warehouse)
     assert set(rows) == (set(acked) - set(lost)) | {fresh.seq}  # type: ignore[union-attr]
+
+
+def test_a_record_damaged_under_a_running_gateway_is_reported_after_a_restart(warehouse: Path) -> None:
+    """The `corrupt` failpoint flips a byte of an appended (and acknowledged) record: after a kill -9
+    and a restart, `/healthz` names the segment and offset, the one damaged record's messages are the
+    only ones missing, and no sequence is given twice."""
+    gw = Gateway(warehouse, "--flush-interval", "60", env={ENV: "wal.append=corrupt@6"}).start()
+    load = Load(gw.url, consume=False, deletes=False, max_batches=12)
+    try:
+        with gw.client() as c:
+            create_stream(c)
+        load.start().join()
+        assert "failpoint wal.append fires: corrupt" in gw.log.read_text()
+        gw.kill9()
+    finally:
+        gw.stop()
+    gw = Gateway(warehouse, "--flush-interval", "0.2").start()
+    try:
+        with gw.client() as c:
+            damage = c.get("/healthz").json()["log_damage"]
+            assert [(d["stream"], d["lost_records"], d["tail"]) for d in damage] == [(STREAM, 1, False)]
+            assert damage[0]["segment"].endswith(".wal") and damage[0]["offset"] > 0
+            missing = sorted(seq for seq in load.acked.values()
+                             if c.get(f"/v1/streams/{STREAM}/messages/{seq}").status_code == 404)
+            assert missing and missing == list(range(missing[0], missing[-1] + 1)), "one record's messages, in a row"
+            fresh = c.post("/v1/publish/faults.fresh", content=b"fresh").json()
+            assert fresh["seq"] > max(load.acked.values())
+    finally:
+        gw.stop()
