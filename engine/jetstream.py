@@ -138,6 +138,10 @@ class JetStream:
             stream.recover()
         except Exception as exc:  # noqa: BLE001 - one bad stream must not keep the others from serving
             log.exception("stream %s cannot be recovered; it refuses every request until a restart recovers it", config.name)
+            try:
+                stream.store.close()
+            except OSError:
+                pass  # what it read is dropped with it
             stream = self._new_stream(config, record["created"], record["stream_id"])
             stream.unavailable = stream.failure = f"recovery failed: {type(exc).__name__}: {exc}"
             stream.recovered = False

@@ -19,7 +19,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
+from deltalake import DeltaTable, Transaction
 from deltalake.exceptions import TableNotFoundError
 
 from engine import errors
@@ -35,6 +35,7 @@ from engine.store.wal import WriteAheadLog
 log = logging.getLogger(__name__)
 
 APP_ID = "acks"
+FLUSH_APP_ID = "acks/flush"  # version: the number of the flush that committed a unit of logged events
 FOLD_INTERVAL = 30.0  # seconds: the background flusher deletes folded rows at most this often
 SNAPSHOT = "snapshot"
 
@@ -146,10 +147,13 @@ class AckStore:
         self._commit: GroupCommit[LogItem, int] = GroupCommit(self._append_rounds)
         self._folded: dict[str, int] = {}  # consumer_id -> event_seq below which rows are folded
         self._folded_at = time.monotonic()  # when folded rows were last deleted
+        self._units: list[tuple[int, list[Logged]]] = []  # sealed for a commit that failed: retried as they are
+        self._flush_no = 0
         self.commits = 0
 
     def create(self) -> None:
         ensure_table(self.path, ACK_SCHEMA, None, ACK_TABLE_PROPERTIES, self.sync_always)
+        self._flush_no = DeltaTable(str(self.path)).transaction_version(FLUSH_APP_ID) or 0
 
     def append(self, items: list[LogItem]) -> None:
         """Makes the events durable (per the sync policy); concurrent callers share one log write."""
@@ -216,46 +220,51 @@ class AckStore:
     # -- flush --------------------------------------------------------------------------------
 
     def flush(self, fold: bool = True, lease_timeout: float = 0) -> int:
-        """Commits the logged events; raises TimeoutError when a Spark job holds the table's lease
-        longer than `lease_timeout` seconds.
+        """Commits the logged events; returns the commits made. Raises TimeoutError when a Spark job
+        holds the table's lease longer than `lease_timeout` seconds.
 
-        Rows folded by snapshots (and a deleted consumer's) are deleted with it when `fold`, else at
-        most every FOLD_INTERVAL seconds: a delete rewrites the table's files, which the background
-        flusher cannot afford every second under a busy consumer (recovery skips folded rows anyway).
+        Each commit is a unit numbered by the flush (`acks/flush` app transaction): a unit that fails
+        is retried as it was, so a commit that landed unseen is recognised and never appended twice
+        (whatever the event numbering does). Rows folded by snapshots (and a deleted consumer's) are
+        deleted with it when `fold`, else at most every FOLD_INTERVAL seconds: a delete rewrites the
+        table's files, which the background flusher cannot afford every second under a busy consumer
+        (recovery skips folded rows anyway).
         """
         with self._lock:
             fold = fold or time.monotonic() - self._folded_at >= FOLD_INTERVAL
-            if not self._pending and not (fold and self._folded):
+            if not self._pending and not self._units and not (fold and self._folded):
                 return 0
             segments = self.wal.rotate()  # first: if sealing fails, nothing below has been taken
-            batches, self._pending = self._pending, []
+            if self._pending:
+                self._flush_no += 1
+                self._units.append((self._flush_no, self._pending))
+                self._pending = []
+            units = list(self._units)
             folded: dict[str, int] = {}
             if fold:
                 folded, self._folded = self._folded, {}
-        committed = False
         try:
-            if batches:
-                table = pa.Table.from_batches(_to_batches(batches), schema=ACK_SCHEMA)
-                last = table.column("event_seq")[-1].as_py()
-                with commit_lease(self.layout.lease_file(self.path), timeout=lease_timeout):
-                    self._table.append(
-                        lambda done: table.filter(pc.greater(table.column("event_seq"), done)) if done else table,
-                        APP_ID, last,
-                    )
-                committed = True
+            for unit in units:
+                self._commit_unit(*unit, lease_timeout)
+                with self._lock:
+                    self._units.remove(unit)
                 self.commits += 1
             if folded:
                 self._delete_folded(folded, lease_timeout)
                 self._folded_at = time.monotonic()
         except BaseException:
             with self._lock:
-                if not committed:
-                    self._pending = batches + self._pending
                 for cid, seq in folded.items():
                     self._folded.setdefault(cid, seq)
             raise
         self.wal.remove(segments)
-        return len(batches)
+        return len(units)
+
+    def _commit_unit(self, flush_no: int, logged: list[Logged], lease_timeout: float) -> None:
+        table = pa.Table.from_batches(_to_batches(logged), schema=ACK_SCHEMA)
+        last = table.column("event_seq")[-1].as_py()
+        with commit_lease(self.layout.lease_file(self.path), timeout=lease_timeout):
+            self._table.append(lambda _: table, FLUSH_APP_ID, flush_no, extra=[Transaction(app_id=APP_ID, version=last)])
 
     def _delete_folded(self, folded: dict[str, int], lease_timeout: float) -> None:
         predicate = " OR ".join(f"(consumer_id = '{cid}' AND event_seq < {seq})" for cid, seq in folded.items())

@@ -649,10 +649,12 @@ class DeltaStore:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def close(self) -> None:
+        self.wal.forget()
         self.wal.close()
 
     def destroy(self) -> None:
         """Removes the stream's table and log. Its tombstone rows go with the next retention job."""
+        self.wal.forget()
         self.wal.close()
         shutil.rmtree(self.table_path, ignore_errors=True)
         shutil.rmtree(self.wal.directory, ignore_errors=True)

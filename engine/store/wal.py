@@ -218,8 +218,7 @@ class WriteAheadLog:
                 last_lsn = scan.records[-1].lsn
             grouped.append(scan.records)
             self._grow(len(data))
-        if last_lsn:
-            self.next_lsn = last_lsn + 1
+        self.next_lsn = max(self.next_lsn, last_lsn + 1)
         return grouped, segments
 
     def _grow(self, nbytes: int) -> None:
@@ -376,6 +375,11 @@ class WriteAheadLog:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+
+    def forget(self) -> None:
+        """This log object is done with (closed, or replaced by one re-reading the folder): its bytes
+        leave the gateway's backlog."""
+        self._grow(-self.size)
 
     def remove(self, paths: list[Path]) -> None:
         """Deletes flushed segments. A segment that cannot be deleted now is retried at the next call."""

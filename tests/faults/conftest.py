@@ -3,9 +3,12 @@ process of its own (`pytest -m faults`, beside `pytest -m "not faults"`); plain 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from engine.store import failpoints
 
 _HERE = Path(__file__).parent
 
@@ -14,3 +17,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if _HERE in Path(item.fspath).parents:
             item.add_marker(pytest.mark.faults)
+
+
+@pytest.fixture
+def armed() -> Iterator[Callable[[str], None]]:
+    """Arms failpoints in this process (`armed("wal.append=eio@1")`); disarmed after the test."""
+    yield failpoints.arm
+    failpoints.disarm()
