@@ -137,7 +137,8 @@ class JetStream:
         try:
             stream.recover()
         except Exception as exc:  # noqa: BLE001 - one bad stream must not keep the others from serving
-            log.exception("stream %s cannot be recovered; it refuses every request until a restart recovers it", config.name)
+            log.exception("stream %s cannot be recovered; it refuses every request until a restart recovers it",
+                          config.name)
             try:
                 stream.store.close()
             except OSError:
@@ -152,7 +153,8 @@ class JetStream:
         )
 
     def _new_stream(self, config: StreamConfig, created: int, stream_id: str) -> Stream:
-        return Stream(config, created, stream_id, self._new_store(config, stream_id), self.clock, self.options.max_payload)
+        store = self._new_store(config, stream_id)
+        return Stream(config, created, stream_id, store, self.clock, self.options.max_payload)
 
     def _new_store(self, config: StreamConfig, stream_id: str) -> StreamStore:
         if config.storage == "memory":
@@ -524,7 +526,8 @@ class JetStream:
             for name, h in sorted(failing.items())
         ]
         damage = [
-            {"stream": s.name, **d.to_json()} for s in streams if isinstance(s.store, DeltaStore) for d in s.store.wal.damage
+            {"stream": s.name, **d.to_json()}
+            for s in streams if isinstance(s.store, DeltaStore) for d in s.store.wal.damage
         ]
         damage += [{"table": ACKS, **d.to_json()} for d in self.consumers.acks.wal.damage]
         status = "unavailable" if refusal else "degraded" if failed or flushes else "ok"

@@ -40,7 +40,8 @@ async def flush(request: Request) -> Response:
         return json_response({"success": True, "commits": result.commits})
     request.app.state.api_errors += 1
     described = "; ".join(f"{f.get('stream') or f['table']}: {f['error']}" for f in result.failed)
-    error = {"code": 503, "err_code": int(ErrorCode.INSUFFICIENT_RESOURCES), "description": f"not committed: {described}"}
+    error = {"code": 503, "err_code": int(ErrorCode.INSUFFICIENT_RESOURCES),
+             "description": f"not committed: {described}"}
     return json_response({"success": False, "commits": result.commits, "failed": result.failed, "error": error}, 503)
 
 

@@ -264,7 +264,8 @@ class AckStore:
         table = pa.Table.from_batches(_to_batches(logged), schema=ACK_SCHEMA)
         last = table.column("event_seq")[-1].as_py()
         with commit_lease(self.layout.lease_file(self.path), timeout=lease_timeout):
-            self._table.append(lambda _: table, FLUSH_APP_ID, flush_no, extra=[Transaction(app_id=APP_ID, version=last)])
+            self._table.append(lambda _: table, FLUSH_APP_ID, flush_no,
+                               extra=[Transaction(app_id=APP_ID, version=last)])
 
     def _delete_folded(self, folded: dict[str, int], lease_timeout: float) -> None:
         predicate = " OR ".join(f"(consumer_id = '{cid}' AND event_seq < {seq})" for cid, seq in folded.items())

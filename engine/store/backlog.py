@@ -19,7 +19,9 @@ DEFAULT_MAX_TOTAL_BYTES = 1024 * 1024 * 1024
 class Backlog:
     """The gateway's total of unflushed log bytes (every log adds to it) and the bounds new writes must fit."""
 
-    def __init__(self, max_log_bytes: int = DEFAULT_MAX_LOG_BYTES, max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES) -> None:
+    def __init__(
+        self, max_log_bytes: int = DEFAULT_MAX_LOG_BYTES, max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES
+    ) -> None:
         self.max_log_bytes = max_log_bytes
         self.max_total_bytes = max_total_bytes
         self.total = 0

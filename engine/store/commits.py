@@ -22,7 +22,14 @@ from urllib.parse import unquote
 
 import orjson
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction, WriterProperties, write_deltalake
+from deltalake import (
+    CommitProperties,
+    DeltaTable,
+    PostCommitHookProperties,
+    Transaction,
+    WriterProperties,
+    write_deltalake,
+)
 from deltalake.exceptions import TableNotFoundError
 
 from engine.store import failpoints
@@ -33,7 +40,9 @@ NO_HOOKS = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_log
 _FIND_BACK = 200  # commits searched backwards for the one holding a transaction version
 
 
-def ensure_table(path: Path, schema: pa.Schema, partition_by: list[str] | None, properties: dict[str, str], sync: bool = False) -> None:
+def ensure_table(
+    path: Path, schema: pa.Schema, partition_by: list[str] | None, properties: dict[str, str], sync: bool = False
+) -> None:
     """Creates the table if it is missing (its first commit fsynced under `sync`)."""
     if (path / "_delta_log").exists():
         return
@@ -78,7 +87,9 @@ class TableCommitter:
             write_deltalake(
                 dt, rows, mode="append", partition_by=partition_by,
                 writer_properties=writer_properties(rows) if writer_properties else None,
-                commit_properties=CommitProperties(app_transactions=[Transaction(app_id=app_id, version=version), *(extra or [])]),
+                commit_properties=CommitProperties(
+                    app_transactions=[Transaction(app_id=app_id, version=version), *(extra or [])]
+                ),
                 post_commithook_properties=NO_HOOKS,
             )
             failpoints.after(f"{self.step}.commit", action)
@@ -114,7 +125,8 @@ class TableCommitter:
             dt.cleanup_metadata()
             failpoints.after(f"{self.step}.checkpoint", action)
         except Exception as exc:  # noqa: BLE001 - the commit stands; readers replay more JSON until the next checkpoint
-            log.warning("%s: checkpoint of %s at version %d failed (the commit stands): %s", self.step, self.path, version, exc)
+            log.warning("%s: checkpoint of %s at version %d failed (the commit stands): %s",
+                        self.step, self.path, version, exc)
 
     def _sync(self, app_id: str, txn: int, version: int) -> None:
         action = failpoints.hit(f"{self.step}.sync") if failpoints.ARMED else None

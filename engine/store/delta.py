@@ -346,7 +346,9 @@ class DeltaStore:
                 self._table.append(
                     lambda done: messages.filter(pc.greater(messages.column("seq"), done)) if done else messages,
                     self.stream_id, job.last_msg_seq, partition_by=[PARTITION_COLUMN],
-                    writer_properties=lambda rows: WriterProperties(max_row_group_size=_row_group_rows(rows), compression="SNAPPY"),
+                    writer_properties=lambda rows: WriterProperties(
+                        max_row_group_size=_row_group_rows(rows), compression="SNAPPY"
+                    ),
                 )
             job.messages_committed = True
             self.commits += 1
@@ -375,7 +377,8 @@ class DeltaStore:
         table = pa.table(
             {k: pa.array(v, TOMBSTONE_SCHEMA.field(k).type if k != "ts" else pa.int64()) for k, v in rows.items()}
         )
-        return table.set_column(6, "ts", table.column("ts").cast(TOMBSTONE_SCHEMA.field("ts").type)).cast(TOMBSTONE_SCHEMA)
+        ts = table.column("ts").cast(TOMBSTONE_SCHEMA.field("ts").type)
+        return table.set_column(6, "ts", ts).cast(TOMBSTONE_SCHEMA)
 
     def requeue(self, job: FlushJob) -> None:
         """A commit failed or waited: what it did not write stays pending; its segments are resealed next time.

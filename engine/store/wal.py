@@ -163,7 +163,9 @@ class WriteAheadLog:
     `name` prefixes its failpoints (`wal`, `acklog`); `size` is the bytes of its segments not yet removed.
     """
 
-    def __init__(self, directory: Path, sync_always: bool = False, name: str = "wal", backlog: Backlog | None = None) -> None:
+    def __init__(
+        self, directory: Path, sync_always: bool = False, name: str = "wal", backlog: Backlog | None = None
+    ) -> None:
         self.directory = directory
         self.backlog = backlog or Backlog()
         self.sync_always = sync_always

@@ -102,7 +102,10 @@ class Load:
         except (ValueError, KeyError, TypeError):
             refused = False
         with self._lock:
-            (self.refused if refused else self.unexpected).append(resp.json() if refused else f"{resp.status_code} {resp.text[:300]}")
+            if refused:
+                self.refused.append(resp.json())
+            else:
+                self.unexpected.append(f"{resp.status_code} {resp.text[:300]}")
         return False
 
     def _publish(self, worker: int) -> None:
@@ -112,8 +115,10 @@ class Load:
                     return
                 ids = [f"w{worker}-g{self.generation}-{n}-{i}" for i in range(self.batch)]
                 pad = "." * self.payload
-                body = {"messages": [{"subject": f"faults.{worker}.{i % 5}", "text": msg_id + pad, "headers": {"Nats-Msg-Id": [msg_id]}}
-                                     for i, msg_id in enumerate(ids)]}
+                body = {"messages": [
+                    {"subject": f"faults.{worker}.{i % 5}", "text": msg_id + pad, "headers": {"Nats-Msg-Id": [msg_id]}}
+                    for i, msg_id in enumerate(ids)
+                ]}
                 try:
                     resp = client.post("/v1/publish", json=body)
                 except httpx.HTTPError:
@@ -216,7 +221,8 @@ def check_restart(warehouse: Path, load: Load, *args: str) -> Gateway:
             rows = table_rows(warehouse)
             for msg_id, seq in load.acked.items():
                 if seq not in load.deleted:
-                    assert rows.get(seq) == msg_id, f"acknowledged {msg_id} (seq {seq}) is {rows.get(seq)!r} in the table"
+                    stored = rows.get(seq)
+                    assert stored == msg_id, f"acknowledged {msg_id} (seq {seq}) is {stored!r} in the table"
             state = c.get(f"/v1/streams/{STREAM}").json()["state"]
             assert state["last_seq"] >= max(load.acked.values(), default=0)
             for msg_id, seq in list(load.acked.items())[::23]:

@@ -142,7 +142,8 @@ def _takes_writes_again(gw: Gateway, timeout: float = 15.0) -> None:
             flushed = c.post("/v1/flush") if publish.status_code == 200 else None
             if flushed is not None and flushed.status_code == 200:
                 return
-            assert time.monotonic() < deadline, f"still refusing writes: {publish.text} {flushed.text if flushed else ''}"
+            refused = flushed.text if flushed is not None else publish.text
+            assert time.monotonic() < deadline, f"still refusing writes: {refused}"
             assert publish.status_code in (200, 503), publish.text
             time.sleep(0.1)
 

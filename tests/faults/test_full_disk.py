@@ -93,7 +93,8 @@ def test_a_log_append_cut_short_by_a_full_disk_leaves_nothing_torn(small_disk: P
     again.open(start_flusher=False)
     try:
         stream = again.stream(STREAM)
-        assert [s for s in acked if stream.index.is_live(s)] == acked[:3] + acked[4:], "the delete after the torn write is kept"
+        live = [s for s in acked if stream.index.is_live(s)]
+        assert live == acked[:3] + acked[4:], "the delete after the torn write is kept"
         assert again.get_message(STREAM, acked[-1]).data == b"kept-9"
         assert again.publish_one("faults.next", b"next").seq == acked[-1] + 1  # type: ignore[union-attr]
     finally:
@@ -119,7 +120,8 @@ def test_a_gateway_whose_disk_fills_refuses_writes_then_serves_again(small_disk:
             assert flushed.json()["failed"] and "No space left" in flushed.text
             load.stop()
             failing = health.json()
-            assert failing["status"] in ("degraded", "unavailable") and (failing.get("streams_failed") or failing["flush"]["failing"])
+            assert failing["status"] in ("degraded", "unavailable")
+            assert failing.get("streams_failed") or failing["flush"]["failing"]
             filler.unlink()
             deadline = time.monotonic() + 20
             while c.post("/v1/publish/faults.after", content=b"space again").status_code != 200:
