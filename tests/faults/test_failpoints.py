@@ -33,14 +33,11 @@ GROUPS = [
 # Failpoints that kill the process, one after another on the same warehouse: each restart recovers
 # what the kill before it left, under load, until the next kill.
 KILLS = [
-    "wal.append=kill@8",
-    "stream.commit=kill_after@2",
-    "acklog.append=kill_after@3",
-    "wal.append=kill_after@8",
+    "stream.commit=kill_after@2",  # committed, its segments not removed: recovery removes them
+    "acklog.append=kill_after@3",  # acks logged, never answered
+    "wal.append=kill_after@8",  # messages logged, never answered
     "tombstones.commit=kill_after@1",
     "acks.commit=kill_after@2",
-    "wal.unlink=kill_after@2",
-    "wal.rotate=kill@2",
 ]
 
 
