@@ -25,6 +25,7 @@ import numpy as np
 import orjson
 
 from engine import errors
+from engine.accounts import limits as account_limits
 from engine.clock import Clock
 from engine.ack_events import NAK, AckEvent, AckEvents
 from engine.consumer import Consumer, Delivery
@@ -57,6 +58,7 @@ class Consumers:
         self.clock = clock
         self.acks = AckStore(layout, sync_always, backlog)
         self.notify: Callable[[str], None] | None = None
+        self.limits = account_limits.UNLIMITED_LIMITS  # the account's JetStream limits, set by the engine
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -87,15 +89,16 @@ class Consumers:
         ephemeral = not config.durable_name
         with stream.lock:
             others = [c.config for n, c in stream.consumers.items() if n != name]
+            given_max_ack_pending = config.max_ack_pending
             config = check_consumer_config(config, stream.config, ephemeral=ephemeral, existing_consumers=others)
+            config.max_ack_pending = self._max_ack_pending(stream, given_max_ack_pending, config.max_ack_pending)
             name = config.durable_name or config.name or "".join(secrets.choice(_NAME_ALPHABET) for _ in range(8))
             existing = stream.consumers.get(name)
             if existing is not None:
                 if existing.config.to_json() == _named(config, name).to_json():
                     return existing.info(self.clock.now_ns()), False
                 raise errors.JetStreamError(400, 10148, "consumer already exists")
-            if stream.config.max_consumers > 0 and len(stream.consumers) >= stream.config.max_consumers:
-                raise errors.JetStreamError(400, errors.ErrorCode.MAXIMUM_CONSUMERS_LIMIT, "maximum consumers limit reached")
+            account_limits.check_consumer_count(self.limits, stream.config.max_consumers, len(stream.consumers))
             now = self.clock.now_ns()
             consumer = Consumer(stream, _named(config, name), name, uuid.uuid4().hex, now, ephemeral)
             consumer.start()
@@ -111,14 +114,21 @@ class Consumers:
         with stream.lock:
             consumer = self.get(stream, name)
             others = [c.config for n, c in stream.consumers.items() if n != name]
+            given_max_ack_pending = config.max_ack_pending
             config = _named(
                 check_consumer_config(config, stream.config, ephemeral=consumer.ephemeral, existing_consumers=others), name
             )
+            config.max_ack_pending = self._max_ack_pending(stream, given_max_ack_pending, config.max_ack_pending)
             check_consumer_update(consumer.config, config)
             consumer.reconfigure(config)
             if stream.config.storage == "file":
                 self._write_config(consumer)
             return consumer.info(self.clock.now_ns())
+
+    def _max_ack_pending(self, stream: Stream, given: int, resolved: int) -> int:
+        """The account's cap on `max_ack_pending` (engine/accounts/limits.py)."""
+        limit = stream.config.consumer_limits.max_ack_pending
+        return account_limits.max_ack_pending(self.limits, given, limit, resolved)
 
     def delete(self, stream: Stream, name: str) -> None:
         with stream.lock:

@@ -25,6 +25,8 @@ import numpy as np
 import orjson
 
 from engine import errors
+from engine.accounts import limits as account_limits
+from engine.accounts.limits import UNLIMITED_LIMITS, AccountLimits
 from engine.errors import JetStreamError
 from engine.clock import Clock, SystemClock
 from engine.consumer import Delivery
@@ -63,6 +65,7 @@ class EngineOptions:
     account: str = "default"
     max_unflushed_bytes: int = DEFAULT_MAX_LOG_BYTES  # per log: each stream's, the ack log
     max_unflushed_total: int = DEFAULT_MAX_TOTAL_BYTES  # every log of the gateway together
+    limits: AccountLimits = UNLIMITED_LIMITS
 
 
 @dataclass
@@ -77,7 +80,10 @@ class _Entry:
 class JetStream:
     """Every stream of one account in one warehouse."""
 
-    def __init__(self, warehouse: str | Path, options: EngineOptions | None = None, clock: Clock | None = None) -> None:
+    def __init__(
+        self, warehouse: str | Path, options: EngineOptions | None = None, clock: Clock | None = None,
+        backlog: Backlog | None = None,
+    ) -> None:
         self.options = options or EngineOptions()
         self.clock = clock or SystemClock()
         self.layout = Layout(warehouse, self.options.account)
@@ -85,13 +91,36 @@ class JetStream:
         self._streams: dict[str, _Entry] = {}
         self._by_subject: dict[str, str | None] = {}
         self._lock = threading.RLock()
-        self.backlog = Backlog(self.options.max_unflushed_bytes, self.options.max_unflushed_total)
+        # The gateway's accounts share one backlog (engine/accounts/registry.py): its bound is the gateway's.
+        self.backlog = backlog or Backlog(self.options.max_unflushed_bytes, self.options.max_unflushed_total)
         self.consumers = Consumers(self.layout, self.clock, self.options.sync_always, self.backlog)
         self.flusher = Flusher(self.streams, self.consumers, self._reload, self.options.flush_interval)
         self.notify: Callable[[str], None] | None = None
         self.opened = False
         self.kv = KeyValueStores(self)
         self.objects = ObjectStores(self)
+        self._limits = self.options.limits
+        self.consumers.limits = self._limits
+
+    @property
+    def limits(self) -> AccountLimits:
+        """The account's JetStream limits (engine/accounts/limits.py); a config reload may replace them."""
+        return self._limits
+
+    @limits.setter
+    def limits(self, value: AccountLimits) -> None:
+        self._limits = value
+        self.consumers.limits = value
+        for stream in self.streams():
+            stream.quota = self if value.limits_bytes else None
+
+    def exceeds(self, storage: str, size: int) -> bool:
+        """Whether `size` more bytes of `storage` go over the account's limit (a stream's publish asks)."""
+        used = sum(s.index.bytes for s in self._streams_view() if s.config.storage == storage)
+        return account_limits.would_exceed(self._limits, storage, used, size)
+
+    def _streams_view(self) -> list[Stream]:
+        return [e.stream for e in list(self._streams.values())]
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -153,8 +182,9 @@ class JetStream:
         )
 
     def _new_stream(self, config: StreamConfig, created: int, stream_id: str) -> Stream:
-        store = self._new_store(config, stream_id)
-        return Stream(config, created, stream_id, store, self.clock, self.options.max_payload)
+        stream = Stream(config, created, stream_id, self._new_store(config, stream_id), self.clock, self.options.max_payload)
+        stream.quota = self if self._limits.limits_bytes else None
+        return stream
 
     def _new_store(self, config: StreamConfig, stream_id: str) -> StreamStore:
         if config.storage == "memory":
@@ -182,6 +212,8 @@ class JetStream:
             raise errors.invalid_config("stream configuration for create can not be sealed")
         config = check_stream_config(config, pedantic)
         with self._lock:
+            others = [e.stream.config for n, e in self._streams.items() if n != config.name]
+            account_limits.check_stream(self._limits, config, others)
             existing = self._streams.get(config.name)
             if existing is not None:
                 _check_available(existing.stream)
@@ -209,6 +241,8 @@ class JetStream:
         with self._lock:
             stream = self._stream(name)
             check_stream_update(stream.config, config)
+            others = [e.stream.config for n, e in self._streams.items() if n != name]
+            account_limits.check_stream(self._limits, config, others, update=stream.config)
             self._check_overlap(config, exclude=name)
             old = stream.config
             stream.config = config
@@ -552,26 +586,17 @@ class JetStream:
     # -- account ------------------------------------------------------------------------------
 
     def account_info(self) -> dict[str, Any]:
+        """JetStream's AccountInfo (without `api`, which the front doors count): usage and limits."""
         streams = self.streams()
-        memory = sum(s.index.bytes for s in streams if s.config.storage == "memory")
-        storage = sum(s.index.bytes for s in streams if s.config.storage == "file")
+        configs = [s.config for s in streams]
         return {
-            "memory": memory,
-            "storage": storage,
-            "reserved_memory": 0,
-            "reserved_storage": 0,
+            "memory": sum(s.index.bytes for s in streams if s.config.storage == "memory"),
+            "storage": sum(s.index.bytes for s in streams if s.config.storage == "file"),
+            "reserved_memory": account_limits.reserved_bytes(configs, "memory"),
+            "reserved_storage": account_limits.reserved_bytes(configs, "file"),
             "streams": len(streams),
             "consumers": sum(s.consumer_count for s in streams),
-            "limits": {
-                "max_memory": -1,
-                "max_storage": -1,
-                "max_streams": -1,
-                "max_consumers": -1,
-                "max_ack_pending": -1,
-                "memory_max_stream_bytes": -1,
-                "storage_max_stream_bytes": -1,
-                "max_bytes_required": False,
-            },
+            "limits": self._limits.to_json(),
         }
 
 

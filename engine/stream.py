@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 
 from engine import errors, headers as hdr
+from engine.accounts.limits import account_resources_exceeded
 from engine.clock import Clock
 from engine.config import StreamConfig
 from engine.errors import JetStreamError
@@ -42,6 +43,13 @@ from engine.subjects import FWC, is_valid_subject
 
 if TYPE_CHECKING:
     from engine.consumer import Consumer
+
+
+class Quota(Protocol):
+    """The account's storage limit, as a publish sees it (the engine sums the account's streams)."""
+
+    def exceeds(self, storage: str, size: int) -> bool: ...
+
 
 class _Accepted:
     """Columns of the messages a group commit accepts, and the removals it causes."""
@@ -103,6 +111,7 @@ class Stream:
         self.failure: str | None = None  # set: writes are refused (503)
         self.unavailable: str | None = None  # set: every request is refused (503): memory is not what the disk holds
         self.recovered = True  # False: its recovery failed at start; only a restart loads it
+        self.quota: Quota | None = None  # set when the account limits its bytes: publishes are then checked one by one
 
     @property
     def name(self) -> str:
@@ -204,7 +213,7 @@ class Stream:
     def _plain_path_allowed(self) -> bool:
         """Whether messages without headers can skip the per-message checks: only size can refuse them."""
         c = self.config
-        return not c.sealed and c.retention != "interest" and (c.discard == "old" or (c.max_msgs < 0 and c.max_bytes < 0 and not c.discard_new_per_subject))
+        return self.quota is None and not c.sealed and c.retention != "interest" and (c.discard == "old" or (c.max_msgs < 0 and c.max_bytes < 0 and not c.discard_new_per_subject))
 
     def _store_plain(self, group: list[InboundMessage], now: int, acc: _Accepted) -> list[PublishResult]:
         """Messages without headers, stored as one run: the same outcome as one by one, in bulk."""
@@ -350,6 +359,8 @@ class Stream:
         if payload_size > self.max_payload or (c.max_msg_size >= 0 and payload_size > c.max_msg_size):
             raise errors.message_too_large()
         size = message_size(msg.subject, headers_size, len(msg.data))
+        if self.quota is not None and self.quota.exceeds(c.storage, size):
+            raise account_resources_exceeded()
         self._check_discard_new(msg.subject, size, rollup)
 
         seq = self.index.last_seq + 1

@@ -159,3 +159,11 @@ class Layout:
     def lease_file(self, table: Path) -> Path:
         relative = str(table.resolve().relative_to(self.root)).replace("/", "__")
         return self.leases / file_name(relative, ".lease")
+
+
+def account_names(warehouse: str | Path) -> list[str]:
+    """The accounts that have a tree in the warehouse (a folder with `_system/`), sorted."""
+    root = Path(warehouse)
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "_system").is_dir())

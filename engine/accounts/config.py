@@ -1,0 +1,573 @@
+"""The server configuration JetLake reads from a nats-server config file: accounts, users, TLS, JetStream.
+
+`load(path)` parses the file (engine/accounts/syntax.py) and processes the keys nats-server's option
+processing knows, with its aliases and rules, into a `ServerConfig`:
+
+- `accounts { NAME { users: [...], default_permissions, jetstream: {...} } }` (or a list of names);
+  an account without `jetstream` has JetStream off (10039), as in nats-server;
+- `authorization { users | user+password | token, default_permissions }`: users of the global
+  account, which JetLake keeps under `warehouse/default` (nats-server's `$G`); the global account
+  has JetStream (unlimited) when no other account is configured, as in nats-server;
+- `no_auth_user`, `system_account` (`system`), `tls {...}`, `jetstream {...}` (the server block:
+  `store_dir` is the warehouse; `key`, `prev_key` and `cipher` are kept for encryption at rest);
+- a user entry's `token` (JetLake's extension: a bearer token for HTTP clients).
+
+Keys are case-insensitive; an unknown key is an error naming `file:line:col`; a key of nats-server's
+that JetLake has no use for (`port`, `cluster`, account `limits`, `exports`, …) is accepted with a
+warning, so a nats-server config carries over unchanged. Counterpart: server/opts.go
+(processConfigFileLine, parseAuthorization, parseUsers, parseAccounts, parseJetStream,
+parseJetStreamForAccount, parseUserPermissions, parseTLS).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.accounts.limits import UNLIMITED_LIMITS, AccountLimits
+from engine.accounts.permissions import Permissions, ResponsePermission, SubjectPermission, SubjectRule
+from engine.accounts.syntax import ConfigError, Token, parse_file, parse_text
+from engine.accounts.values import Reader
+
+GLOBAL_ACCOUNT = "default"  # nats-server's `$G`, the account of users outside `accounts`
+SYSTEM_ACCOUNT = "$SYS"
+CONNECTION_TYPES = frozenset({"STANDARD", "WEBSOCKET", "LEAFNODE", "LEAFNODE_WS", "MQTT", "MQTT_WS", "IN_PROCESS", "HTTP"})
+_BCRYPT = re.compile(r"^\$2[abxy]\$\d{2}\$")
+_ACCOUNT_NAME = re.compile(r"^[^/\\\x00-\x1f\x7f]{1,200}$")
+
+# nats-server settings with no meaning for JetLake: accepted, with a warning.
+_IGNORED_TOP = frozenset(
+    "server_name listen host net port client_advertise http http_port monitor_port https https_port "
+    "http_base_path max_payload max_connections max_conn max_control_line max_pending max_subscriptions "
+    "max_subs ping_interval ping_max write_deadline lame_duck_duration lame_duck_grace_period debug trace "
+    "trace_verbose logtime logtime_utc log_file log_size_limit log_max_num syslog remote_syslog pid_file "
+    "ports_file prof_port cluster gateway leafnodes leaf websocket ws mqtt no_header_support "
+    "disable_sublist_cache no_sublist_cache connect_error_reports reconnect_error_reports max_traced_msg_len "
+    "server_tags default_js_domain no_system_account allow_non_tls mappings maps jetstream_max_memory "
+    "jetstream_max_store store_dir proxies".split()
+)
+_UNSUPPORTED_TOP = frozenset("operator operators resolver resolver_tls resolver_preload trusted trusted_keys default_sentinel".split())
+_IGNORED_ACCOUNT = frozenset("nkey imports exports mappings maps limits msg_trace trace_dest".split())
+_IGNORED_JETSTREAM = frozenset(
+    "strict domain extension_hint limits tpm unique_tag max_outstanding_catchup max_buffered_size "
+    "max_buffered_msgs request_queue_limit info_queue_limit meta_compact meta_compact_size "
+    "meta_compact_sync max_concurrent_io".split()
+)
+_IGNORED_TLS = frozenset(
+    "insecure verify_cert_and_check_known_urls allow_insecure_cipher_suites cipher_suites curve_preferences "
+    "timeout connection_rate_limit pinned_certs cert_store cert_match_by cert_match ca_certs_match "
+    "handshake_first first immediate cert_match_skip_invalid ocsp_peer certs certificates".split()
+)
+
+
+def is_bcrypt(secret: str) -> bool:
+    """A stored secret nats-server checks with bcrypt rather than comparing."""
+    return bool(_BCRYPT.match(secret))
+
+
+@dataclass(frozen=True)
+class User:
+    """A user entry. Secrets are kept as written (plain or bcrypt) and never printed."""
+
+    name: str
+    account: str
+    password: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
+    nkey: str | None = None
+    permissions: Permissions | None = None
+    connection_types: frozenset[str] = frozenset()
+
+    def allows(self, connection_type: str) -> bool:
+        return not self.connection_types or connection_type in self.connection_types
+
+
+@dataclass(frozen=True)
+class AccountConfig:
+    name: str
+    jetstream: AccountLimits | None = None  # None: JetStream is off for the account
+    default_permissions: Permissions | None = None
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    cert_file: str | None = None
+    key_file: str | None = None
+    ca_file: str | None = None
+    verify: bool = False
+    verify_and_map: bool = False
+    min_version: str | None = None
+
+
+@dataclass(frozen=True)
+class JetStreamConfig:
+    """The server's `jetstream {}` block: what JetLake keeps of it."""
+
+    store_dir: str | None = None
+    max_memory_store: int | None = None
+    max_file_store: int | None = None
+    sync_always: bool | None = None
+    key: str | None = field(default=None, repr=False)
+    prev_key: str | None = field(default=None, repr=False)
+    cipher: str | None = None
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything of a config file the gateway uses; `ServerConfig.open()` is the no-config server."""
+
+    accounts: dict[str, AccountConfig]
+    users: tuple[User, ...] = ()
+    token: str | None = field(default=None, repr=False)
+    no_auth_user: str | None = None
+    system_account: str | None = None
+    tls: TlsConfig | None = None
+    jetstream: JetStreamConfig = JetStreamConfig()
+    source: Path | None = None
+    warnings: tuple[str, ...] = ()
+    configured: bool = True  # False: the gateway runs without a config file
+
+    @classmethod
+    def open(cls) -> ServerConfig:
+        """No configuration: one account, `default`, with JetStream and no authentication."""
+        return cls(accounts={GLOBAL_ACCOUNT: AccountConfig(GLOBAL_ACCOUNT, UNLIMITED_LIMITS)}, configured=False)
+
+    @property
+    def auth_required(self) -> bool:
+        """Whether a client must authenticate (nats-server: users, nkeys or a token configured)."""
+        return bool(self.users) or self.token is not None
+
+    def user(self, name: str) -> User | None:
+        return next((u for u in self.users if u.name == name), None)
+
+    def jetstream_accounts(self) -> list[str]:
+        return sorted(name for name, account in self.accounts.items() if account.jetstream is not None)
+
+
+def load(path: str | Path, env: dict[str, str] | None = None) -> ServerConfig:
+    """Reads a nats-server config file; `ConfigError` names the file, line and column of each mistake."""
+    parsed = parse_file(path, env)
+    return _Processor(parsed.root, parsed.warnings).process(Path(path).resolve())
+
+
+def loads(text: str, env: dict[str, str] | None = None) -> ServerConfig:
+    parsed = parse_text(text, "<config>", env)
+    return _Processor(parsed.root, parsed.warnings).process(None)
+
+
+class _Processor:
+    def __init__(self, root: dict[str, Token], warnings: list[str]) -> None:
+        self.root = root
+        self.r = Reader()
+        self.r.warnings += warnings
+        self.accounts: dict[str, AccountConfig] = {}
+        self.users: list[tuple[User, Token]] = []
+        self.auth_user: User | None = None
+        self.auth_where: Token | None = None
+        self.token: str | None = None
+        self.no_auth_user: tuple[str, Token] | None = None
+        self.system: tuple[str, Token] | None = None
+        self.tls: TlsConfig | None = None
+        self.jetstream = JetStreamConfig()
+        self.global_default: Permissions | None = None
+        self.global_jetstream: AccountLimits | None = None
+
+    def process(self, source: Path | None) -> ServerConfig:
+        for key, token in self.root.items():
+            self._top(key.lower(), key, token)
+        self.r.raise_if_failed()
+        config = self._assemble(source)
+        self.r.raise_if_failed()
+        return config
+
+    def _top(self, key: str, raw: str, token: Token) -> None:
+        if key == "authorization":
+            self._authorization(token)
+        elif key == "accounts":
+            self._accounts(token)
+        elif key == "no_auth_user":
+            name = self.r.string(token, raw)
+            if name is not None:
+                self.no_auth_user = (name, token)
+        elif key in ("system_account", "system"):
+            name = self.r.string(token, raw)
+            if name is not None:
+                self.system = (name, token)
+        elif key == "jetstream":
+            self._jetstream(token)
+        elif key == "tls":
+            self._tls(token)
+        elif key in _UNSUPPORTED_TOP:
+            self.r.error(token, f"{raw!r}: operator mode (JWT accounts) is not supported by JetLake yet")
+        elif key in _IGNORED_TOP:
+            self.r.ignored(token, raw)
+        else:
+            self.r.unknown(token, raw)
+
+    # -- authorization {} and users -------------------------------------------------------------
+
+    def _authorization(self, token: Token) -> None:
+        single_user: str | None = None
+        password: str | None = None
+        users: list[tuple[User, Token]] = []
+        for key, value in self.r.entries(token, "authorization"):
+            if key in ("user", "username"):
+                single_user = self.r.string(value, key)
+            elif key in ("pass", "password"):
+                password = self.r.string(value, key)
+            elif key == "token":
+                self.token = self.r.string(value, key)
+            elif key == "users":
+                users = self._users(value, GLOBAL_ACCOUNT)
+            elif key in ("default_permission", "default_permissions", "permissions"):
+                self.global_default = self._permissions(value)
+            elif key in ("timeout", "proxy_required"):
+                self.r.ignored(value, key)
+            elif key in ("auth_callout", "auth_hook"):
+                self.r.error(value, f"{key!r}: auth callouts are not supported by JetLake")
+            else:
+                self.r.unknown(value, key, "parsing authorization")
+        if single_user is not None and self.token is not None:
+            self.r.error(token, "can not have a single user/pass and a token")
+        if users and (single_user is not None or self.token is not None):
+            self.r.error(token, "can not have a single user/pass or a token and a users array")
+        if single_user is not None:
+            self.auth_user = User(single_user, GLOBAL_ACCOUNT, password)
+            self.auth_where = token
+        self.users += users
+
+    def _users(self, token: Token, account: str) -> list[tuple[User, Token]]:
+        found = []
+        for entry in self.r.items(token, "users"):
+            user = self._user(entry, account)
+            if user is not None:
+                found.append((user, entry))
+        return found
+
+    def _user(self, token: Token, account: str) -> User | None:
+        name = password = secret = nkey = None
+        permissions: Permissions | None = None
+        types: frozenset[str] = frozenset()
+        for key, value in self.r.entries(token, "a user entry"):
+            if key in ("user", "username"):
+                name = self.r.string(value, key)
+            elif key in ("pass", "password"):
+                password = self.r.string(value, key)
+            elif key == "token":
+                secret = self.r.string(value, key)
+            elif key == "nkey":
+                nkey = self.r.string(value, key)
+            elif key in ("permission", "permissions", "authorization"):
+                permissions = self._permissions(value)
+            elif key in ("allowed_connection_types", "connection_types", "clients"):
+                types = self._connection_types(value, key)
+            elif key == "proxy_required":
+                self.r.ignored(value, key)
+            else:
+                self.r.unknown(value, key, "parsing a user entry")
+        if nkey is not None:
+            if name is not None or password is not None:
+                self.r.error(token, "Nkey users do not take usernames or passwords")
+            elif not (nkey.startswith("U") and len(nkey) == 56):
+                self.r.error(token, "Not a valid public nkey for a user")
+            return User(nkey, account, token=secret, nkey=nkey, permissions=permissions, connection_types=types)
+        if not name:
+            self.r.error(token, "User entry requires a user")
+            return None
+        return User(name, account, password, secret, None, permissions, types)
+
+    def _connection_types(self, token: Token, key: str) -> frozenset[str]:
+        names = set()
+        for item in self.r.items(token, key):
+            name = self.r.string(item, key)
+            if name is None:
+                continue
+            if name.upper() not in CONNECTION_TYPES:
+                self.r.error(item, f"unknown connection type {name!r}")
+            names.add(name.upper())
+        return frozenset(names)
+
+    # -- permissions ----------------------------------------------------------------------------
+
+    def _permissions(self, token: Token) -> Permissions | None:
+        publish = subscribe = None
+        response: ResponsePermission | None = None
+        for key, value in self.r.entries(token, "permissions"):
+            if key in ("pub", "publish", "import"):
+                publish = self._subject_permission(value, allow_queue=False)
+            elif key in ("sub", "subscribe", "export"):
+                subscribe = self._subject_permission(value, allow_queue=True)
+            elif key in ("publish_allow_responses", "allow_responses"):
+                response = self._responses(value)
+            else:
+                self.r.unknown(value, key, "parsing permissions")
+        return Permissions(publish, subscribe, response)
+
+    def _subject_permission(self, token: Token, allow_queue: bool) -> SubjectPermission | None:
+        if not isinstance(token.value, dict):
+            return SubjectPermission(allow=self._subjects(token, allow_queue))
+        if not token.value:
+            return None
+        allow = deny = None
+        for key, value in self.r.entries(token, "subject permissions"):
+            if key == "allow":
+                allow = self._subjects(value, allow_queue)
+            elif key == "deny":
+                deny = self._subjects(value, allow_queue)
+            else:
+                self.r.error(value, f"Unknown field name {key!r} parsing subject permissions, only 'allow' or 'deny' are permitted")
+        return SubjectPermission(allow, deny)
+
+    def _subjects(self, token: Token, allow_queue: bool) -> tuple[SubjectRule, ...] | None:
+        """A subject or a list of them; an empty list is no list at all (nats-server's nil)."""
+        items = [token] if isinstance(token.value, str) else self.r.items(token, "subject permissions")
+        rules = []
+        for item in items:
+            text = item.value
+            if not isinstance(text, str):
+                self.r.error(item, "Subject in permissions array cannot be cast to string")
+                continue
+            try:
+                rules.append(SubjectRule.parse(text, allow_queue))
+            except ValueError as exc:
+                self.r.error(item, str(exc))
+        return tuple(rules) or None
+
+    def _responses(self, token: Token) -> ResponsePermission | None:
+        if isinstance(token.value, bool):
+            return ResponsePermission() if token.value else None
+        max_msgs, expires = ResponsePermission.max_msgs, ResponsePermission.expires
+        for key, value in self.r.entries(token, "allow_responses"):
+            if key in ("max", "max_msgs", "max_messages", "max_responses"):
+                number = self.r.integer(value, key)
+                if number:
+                    max_msgs = number
+            elif key in ("expires", "expiration", "ttl"):
+                seconds = self.r.duration(value, "expires")
+                if seconds:
+                    expires = seconds
+            else:
+                self.r.unknown(value, key, "parsing permissions")
+        return ResponsePermission(max_msgs, expires)
+
+    # -- accounts {} ----------------------------------------------------------------------------
+
+    def _accounts(self, token: Token) -> None:
+        if isinstance(token.value, list):
+            for item in token.value:
+                name = self.r.string(item, "accounts")
+                if name is not None and self._account_name_ok(name, item):
+                    self.accounts[name] = AccountConfig(name)
+            return
+        for raw_name, value in (token.value.items() if isinstance(token.value, dict) else ()):
+            if value.used_variable:
+                continue
+            if self._account_name_ok(raw_name, value):
+                self._account(raw_name, value)
+        if not isinstance(token.value, (dict, list)):
+            self.r.error(token, "expected accounts to be a map or a list of names")
+
+    def _account_name_ok(self, name: str, token: Token) -> bool:
+        if name == "$G":
+            self.r.error(token, '"$G" is a Reserved Account')
+        elif name in self.accounts:
+            self.r.error(token, f"Duplicate Account Entry: {name}")
+        elif not _ACCOUNT_NAME.match(name) or name in (".", ".."):
+            self.r.error(token, f"account name {name!r} cannot name a warehouse folder (no '/', '\\' or control characters)")
+        elif any(other.lower() == name.lower() for other in self.accounts):
+            self.r.error(token, f"account names {name!r} and another differ only in case: their folders would collide")
+        else:
+            return True
+        return False
+
+    def _account(self, name: str, token: Token) -> None:
+        limits: AccountLimits | None = None
+        defaults: Permissions | None = None
+        users: list[tuple[User, Token]] = []
+        for key, value in self.r.entries(token, f"account {name}"):
+            if key == "users":
+                users = self._users(value, name)
+            elif key == "default_permissions":
+                defaults = self._permissions(value)
+            elif key == "jetstream":
+                limits = self._account_jetstream(value)
+            elif key in _IGNORED_ACCOUNT:
+                self.r.ignored(value, key)
+            else:
+                self.r.unknown(value, key, f"parsing account {name}")
+        self.accounts[name] = AccountConfig(name, limits, defaults)
+        self.users += users
+
+    def _account_jetstream(self, token: Token) -> AccountLimits | None:
+        value = token.value
+        if isinstance(value, bool):
+            return UNLIMITED_LIMITS if value else None
+        if isinstance(value, str):
+            if value.lower() in ("enabled", "enable"):
+                return UNLIMITED_LIMITS
+            if value.lower() in ("disabled", "disable"):
+                return None
+            self.r.error(token, f"Expected 'enabled' or 'disabled' for string value, got '{value}'")
+            return None
+        fields: dict[str, int | bool] = {}
+        names = {
+            "max_memory": "max_memory", "max_mem": "max_memory", "mem": "max_memory", "memory": "max_memory",
+            "max_store": "max_storage", "max_file": "max_storage", "max_disk": "max_storage",
+            "store": "max_storage", "disk": "max_storage",
+            "max_streams": "max_streams", "streams": "max_streams",
+            "max_consumers": "max_consumers", "consumers": "max_consumers",
+            "max_ack_pending": "max_ack_pending",
+            "mem_max_stream_bytes": "memory_max_stream_bytes", "memory_max_stream_bytes": "memory_max_stream_bytes",
+            "disk_max_stream_bytes": "storage_max_stream_bytes", "store_max_stream_bytes": "storage_max_stream_bytes",
+        }  # fmt: skip
+        for key, item in self.r.entries(token, "jetstream"):
+            if key in names:
+                number = self.r.integer(item, key)
+                if number is not None:
+                    fields[names[key]] = number
+            elif key in ("max_bytes_required", "max_stream_bytes", "max_bytes"):
+                flag = self.r.boolean(item, key)
+                if flag is not None:
+                    fields["max_bytes_required"] = flag
+            elif key == "cluster_traffic":
+                self.r.ignored(item, key)
+            else:
+                self.r.unknown(item, key)
+        return AccountLimits(**fields)  # type: ignore[arg-type]
+
+    # -- jetstream {} and tls {} ----------------------------------------------------------------
+
+    def _jetstream(self, token: Token) -> None:
+        value = token.value
+        if isinstance(value, bool) or isinstance(value, str):
+            enabled = value if isinstance(value, bool) else value.lower() in ("enabled", "enable")
+            if isinstance(value, str) and value.lower() not in ("enabled", "enable", "disabled", "disable"):
+                self.r.error(token, f"Expected 'enabled' or 'disabled' for string value, got '{value}'")
+            elif not enabled:
+                self.r.error(token, "JetLake is JetStream: the jetstream block cannot disable it")
+            return
+        kept: dict[str, object] = {}
+        for key, item in self.r.entries(token, "jetstream"):
+            if key in ("store", "store_dir", "storedir"):
+                kept["store_dir"] = self.r.string(item, key)
+            elif key in ("sync", "sync_interval"):
+                kept["sync_always"] = isinstance(item.value, str) and item.value.lower() == "always"
+            elif key in ("max_memory_store", "max_mem_store", "max_mem"):
+                kept["max_memory_store"] = self.r.storage_size(item, "max_mem_store")
+            elif key in ("max_file_store", "max_file"):
+                kept["max_file_store"] = self.r.storage_size(item, "max_file_store")
+            elif key in ("key", "ek", "encryption_key"):
+                kept["key"] = self.r.string(item, key)
+            elif key in ("prev_key", "prev_ek", "prev_encryption_key"):
+                kept["prev_key"] = self.r.string(item, key)
+            elif key == "cipher":
+                cipher = self.r.string(item, key)
+                if cipher is not None and cipher.lower() not in ("chacha", "chachapoly", "aes"):
+                    self.r.error(item, f"Unknown cipher type: {cipher!r}")
+                kept["cipher"] = cipher.lower() if cipher else None
+            elif key in ("enable", "enabled"):
+                if self.r.boolean(item, key) is False:
+                    self.r.error(item, "JetLake is JetStream: the jetstream block cannot disable it")
+            elif key in _IGNORED_JETSTREAM:
+                self.r.ignored(item, key)
+            else:
+                self.r.unknown(item, key)
+        self.jetstream = JetStreamConfig(**kept)  # type: ignore[arg-type]
+
+    def _tls(self, token: Token) -> None:
+        kept: dict[str, object] = {}
+        for key, item in self.r.entries(token, "tls"):
+            if key in ("cert_file", "key_file", "ca_file", "min_version"):
+                kept[key] = self.r.string(item, key)
+            elif key in ("verify", "verify_and_map"):
+                kept[key] = self.r.boolean(item, key)
+            elif key in _IGNORED_TLS:
+                self.r.ignored(item, key)
+            else:
+                self.r.unknown(item, key, "parsing tls")
+        tls = TlsConfig(**kept)  # type: ignore[arg-type]
+        if (tls.cert_file is None) != (tls.key_file is None):
+            self.r.error(token, "missing 'cert_file' or 'key_file' in TLS configuration")
+        if tls.min_version is not None and tls.min_version not in ("1.2", "1.3"):
+            self.r.error(token, f"unsupported TLS version {tls.min_version!r}: 1.2 or 1.3")
+        if tls.verify_and_map:
+            tls = TlsConfig(tls.cert_file, tls.key_file, tls.ca_file, True, True, tls.min_version)
+        self.tls = tls
+
+    # -- the whole ------------------------------------------------------------------------------
+
+    def _assemble(self, source: Path | None) -> ServerConfig:
+        users = self._final_users()
+        self._global_account()
+        system = self._system_account()
+        no_auth = None
+        if self.no_auth_user is not None:
+            no_auth, where = self.no_auth_user
+            if not any(u.name == no_auth for u in users):
+                self.r.error(where, f"no_auth_user: {no_auth!r} not present as user or nkey in authorization block or account configuration")
+        return ServerConfig(
+            accounts=dict(self.accounts),
+            users=tuple(users),
+            token=self.token,
+            no_auth_user=no_auth,
+            system_account=system,
+            tls=self.tls,
+            jetstream=self.jetstream,
+            source=source,
+            warnings=tuple(self.r.warnings),
+        )
+
+    def _final_users(self) -> list[User]:
+        """Default permissions applied, names unique, tokens unique; the single user joins the list."""
+        entries = list(self.users)
+        if self.auth_user is not None:
+            if any(u.account != GLOBAL_ACCOUNT for u, _ in entries):
+                self.r.error(entries[0][1], "Can not have a single user/pass and accounts")
+            entries.append((self.auth_user, self.auth_where or Token(None, "<config>", 0, 0)))
+        if self.token is not None and any(u.account != GLOBAL_ACCOUNT for u, _ in entries):
+            self.r.error(entries[0][1], "Can not have a token and accounts")
+        users: list[User] = []
+        names: set[str] = set()
+        tokens: set[str] = set()
+        for user, token in entries:
+            if user.name in names:
+                self.r.error(token, f"Duplicate user {user.name!r} detected")
+                continue
+            if user.token is not None and not is_bcrypt(user.token):
+                if user.token in tokens:
+                    self.r.error(token, f"user {user.name!r}: another user has the same token")
+                tokens.add(user.token)
+            names.add(user.name)
+            if user.permissions is None and user is not self.auth_user:
+                account = self.accounts.get(user.account)
+                default = account.default_permissions if account is not None else self.global_default
+                user = User(user.name, user.account, user.password, user.token, user.nkey, default, user.connection_types)
+            users.append(user)
+        return users
+
+    def _global_account(self) -> None:
+        """The global account: users outside `accounts`, JetStream on when it is the only account."""
+        configured = self.accounts.get(GLOBAL_ACCOUNT)
+        others = [n for n in self.accounts if n != GLOBAL_ACCOUNT and n != (self.system[0] if self.system else SYSTEM_ACCOUNT)]
+        limits = configured.jetstream if configured is not None else (None if others else UNLIMITED_LIMITS)
+        defaults = configured.default_permissions if configured is not None else self.global_default
+        self.accounts[GLOBAL_ACCOUNT] = AccountConfig(GLOBAL_ACCOUNT, limits, defaults)
+
+    def _system_account(self) -> str | None:
+        if self.system is None:
+            return None
+        name, where = self.system
+        account = self.accounts.get(name)
+        if account is None:
+            if name != SYSTEM_ACCOUNT:
+                self.r.error(where, f"system account {name!r} is not defined in accounts")
+                return None
+            self.accounts[name] = AccountConfig(name)
+        elif account.jetstream is not None:
+            self.r.error(where, f"jetstream can not be enabled on the system account {name!r}")
+        if name == GLOBAL_ACCOUNT:
+            self.r.error(where, "the global account cannot be the system account")
+        return name
+
+
+__all__ = ["AccountConfig", "ConfigError", "JetStreamConfig", "ServerConfig", "TlsConfig", "User", "load", "loads"]
