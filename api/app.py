@@ -1,47 +1,58 @@
-"""The FastAPI application: explicit wiring of an engine to its routers and error handlers."""
+"""The FastAPI application: explicit wiring of the accounts' engines to the gate, routers and error handlers."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api import errors
+from api.auth import Authenticator
 from api.fast_paths import FastPaths
-from api.routes import consumers, erasures, kv, objects, publish, streams, system
-from api.waiters import Waiters
-from engine import JetStream
+from api.gate import Gate, GateMiddleware
+from api.routes import accounts, consumers, erasures, kv, objects, publish, streams, system
+from engine.accounts.config import ConfigError
+from engine.accounts.config import load as load_config
+from engine.accounts.registry import Accounts
 
 DEFAULT_MAX_BODY = 64 * 1024 * 1024
+log = logging.getLogger(__name__)
 
 
-def create_app(engine: JetStream, max_body: int = DEFAULT_MAX_BODY) -> FastAPI:
-    """The gateway over an opened engine; on shutdown it flushes and closes the engine."""
-    waiters = Waiters()
+def create_app(
+    accounts_: Accounts, authenticator: Authenticator, max_body: int = DEFAULT_MAX_BODY, config_path: str | Path | None = None
+) -> FastAPI:
+    """The gateway over opened accounts; on shutdown it flushes and closes every engine. With a
+    `config_path`, SIGHUP reloads it (connections stay open; a removed user is refused from then on)."""
+    gate = Gate(accounts_, authenticator)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        waiters.bind(asyncio.get_running_loop())
-        engine.notify = waiters.wake_threadsafe
+        loop = asyncio.get_running_loop()
+        gate.bind(loop)
+        if config_path is not None:
+            loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(_reload(gate, Path(config_path))))
         yield
-        engine.notify = None
+        if config_path is not None:
+            loop.remove_signal_handler(signal.SIGHUP)
+        gate.unbind()
         # uvicorn may end the process right after shutdown: flush and release the warehouse here.
-        await asyncio.to_thread(engine.close)
+        await asyncio.to_thread(accounts_.close)
 
     app = FastAPI(title="JetLake", version="1", docs_url="/docs", redoc_url=None, lifespan=lifespan)
-    app.state.waiters = waiters
-    app.state.engine = engine
+    app.state.gate = gate
     app.state.max_body = max_body
-    app.state.api_total = 0
-    app.state.api_errors = 0
 
     app.add_middleware(FastPaths)
-    app.add_middleware(_CountRequests)
+    app.add_middleware(GateMiddleware, gate=gate)
     errors.install(app)
     app.include_router(system.router)
+    app.include_router(accounts.router)
     app.include_router(streams.router)
     app.include_router(publish.router)
     app.include_router(consumers.router)
@@ -51,13 +62,20 @@ def create_app(engine: JetStream, max_body: int = DEFAULT_MAX_BODY) -> FastAPI:
     return app
 
 
-class _CountRequests:
-    """Counts API requests for AccountInfo's `api.total` (a plain ASGI middleware: no per-request task)."""
+_reloading = asyncio.Lock()
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith("/v1/"):
-            scope["app"].state.api_total += 1
-        await self.app(scope, receive, send)
+async def _reload(gate: Gate, path: Path) -> None:
+    """SIGHUP: the config file again; a bad one is logged and the running config stays."""
+    async with _reloading:
+        try:
+            config = await asyncio.to_thread(load_config, path)
+        except ConfigError as exc:
+            log.error("SIGHUP: %s not reloaded, the running config stays: %s", path, exc)
+            return
+        try:
+            changes = await asyncio.to_thread(gate.reload, config)
+        except Exception:
+            log.exception("SIGHUP: applying %s failed; the running config stays", path)
+            return
+        log.info("SIGHUP: %s reloaded%s", path, "".join(f"; {c}" for c in changes))

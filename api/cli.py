@@ -17,10 +17,12 @@ import csv
 import datetime as dt
 import decimal
 import gc
+import ipaddress
 import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -31,9 +33,13 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from engine import EngineOptions, JetStream
+from engine import EngineOptions
+from engine.accounts.config import ConfigError, ServerConfig
+from engine.accounts.config import load as load_config
+from engine.accounts.registry import Accounts
 from engine.jetstream import DEFAULT_FLUSH_BYTES, DEFAULT_FLUSH_INTERVAL
 from engine.store.backlog import DEFAULT_MAX_LOG_BYTES, DEFAULT_MAX_TOTAL_BYTES
+from engine.store.layout import DEFAULT_ACCOUNT
 from engine.store.lease import OwnerLockedError
 from engine.messages import DEFAULT_MAX_PAYLOAD
 
@@ -63,20 +69,38 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from api.app import create_app
+    from api.auth import Authenticator
+    from api.tls import settings as tls_settings
 
     _keep_freed_memory()
-
+    try:
+        config = load_config(args.config) if args.config else ServerConfig.open()
+        tls = tls_settings(config.tls, args.tls_cert, args.tls_key, args.tls_ca, args.tls_verify, args.tls_map)
+    except (ConfigError, ValueError) as exc:
+        print(f"jetlake: {exc}", file=sys.stderr)
+        return 2
+    for warning in config.warnings:
+        log.warning("config: %s", warning)
+    authenticator = Authenticator(config)
+    refusal = _exposure_refusal(args.host, authenticator.required, tls is not None and tls.verify)
+    if refusal:
+        print(f"jetlake: {refusal}", file=sys.stderr)
+        return 2
+    if config.no_auth_user and not _is_loopback(args.host):
+        log.warning("no_auth_user %r: requests without credentials act as that user", config.no_auth_user)
+    sync = args.sync or ("always" if config.jetstream.sync_always else "os")
     options = EngineOptions(
-        sync_always=args.sync == "always",
+        sync_always=sync == "always",
         flush_interval=args.flush_interval,
         flush_bytes=args.flush_bytes,
         max_payload=args.max_payload,
         max_unflushed_bytes=args.max_unflushed_bytes,
         max_unflushed_total=args.max_unflushed_total,
     )
-    engine = JetStream(args.warehouse, options)
+    warehouse = Path(args.warehouse or config.jetstream.store_dir or "./warehouse")
+    accounts = Accounts(warehouse, options, config)
     try:
-        engine.open()
+        accounts.open()
         # Publishing allocates many short-lived objects; collecting less often keeps the GC off the hot path.
         gc.freeze()
         gc.set_threshold(50_000, 50, 100)
@@ -84,10 +108,11 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"jetlake: {exc}", file=sys.stderr)
         return 2
     log.info(
-        "serving warehouse %s on http://%s:%d (sync %s, flush every %.2fs)",
-        engine.layout.warehouse, args.host, args.port, args.sync, args.flush_interval,
+        "serving warehouse %s on %s://%s:%d (accounts %s; authentication %s; sync %s, flush every %.2fs)",
+        warehouse.resolve(), "https" if tls else "http", args.host, args.port, ", ".join(accounts.names()),
+        "required" if authenticator.required else "off", sync, args.flush_interval,
     )
-    scheduler = _SchedulerChild(engine.layout.warehouse, args.spark_master) if args.scheduler else None
+    scheduler = _SchedulerChild(warehouse.resolve(), args.spark_master) if args.scheduler else None
     if scheduler is not None:
         scheduler.start()
         # uvicorn re-raises a captured SIGTERM after its shutdown, which would end this process before
@@ -100,21 +125,45 @@ def _serve(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, _stop_scheduler_then_exit)
     try:
         uvicorn.run(
-            create_app(engine, max_body=args.max_body),
+            create_app(accounts, authenticator, max_body=args.max_body, config_path=args.config),
             host=args.host,
             port=args.port,
             log_level=args.log_level,
             access_log=False,
             loop="uvloop",
-            http="httptools",
             timeout_graceful_shutdown=5,
+            **(tls.uvicorn_options() if tls else {"http": "httptools"}),
         )
     finally:
         if scheduler is not None:
             scheduler.stop()
-        engine.close()
+        accounts.close()
         log.info("gateway stopped; every stream flushed")
     return 0
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether every address `host` stands for is a loopback address."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except OSError:
+        return False
+    return bool(addresses) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses)
+
+
+def _exposure_refusal(host: str, auth_required: bool, client_certs_required: bool) -> str | None:
+    """Why the gateway must not bind `host`: anonymous access is for loopback only."""
+    if auth_required or client_certs_required or _is_loopback(host):
+        return None
+    return (
+        f"refusing to serve on {host} without authentication: anyone who can reach the port could read, "
+        "change and delete every stream. Give --config FILE with users or a token (see README, \"Security\"), "
+        "or --tls-verify with --tls-ca to require client certificates, or serve on 127.0.0.1."
+    )
 
 
 class _SchedulerChild:
@@ -191,28 +240,32 @@ class _SchedulerChild:
 
 
 def _jobs_run(args: argparse.Namespace) -> int:
-    from engine.store.layout import Layout
+    """Runs the job(s) on every account of the warehouse (or the one `--account` names); one JSON
+    line of figures per job and account."""
+    from engine.store.layout import Layout, account_names
     from jobs.scheduler import JOBS, JobMissing, run_job
     from jobs.spark import spark_session
 
     names = list(JOBS) if args.job == "all" else [args.job]
-    layout = Layout(args.warehouse)
+    accounts = [args.account] if args.account else account_names(args.warehouse) or [DEFAULT_ACCOUNT]
     spark = spark_session(args.master, app_name=f"jetlake-jobs-{args.job}")
     status = 0
     try:
-        for name in names:
-            try:
-                figures = run_job(spark, layout, name)
-            except JobMissing as exc:
-                log.warning("%s; skipped", exc)
-                if args.job != "all":
-                    status = 2
-                continue
-            except Exception:
-                log.exception("job %s failed", name)
-                status = 1
-                continue
-            print(json.dumps({"job": name, **figures}), flush=True)
+        for account in accounts:
+            layout = Layout(args.warehouse, account)
+            for name in names:
+                try:
+                    figures = run_job(spark, layout, name)
+                except JobMissing as exc:
+                    log.warning("%s; skipped", exc)
+                    if args.job != "all":
+                        status = 2
+                    continue
+                except Exception:
+                    log.exception("job %s failed on account %s", name, account)
+                    status = 1
+                    continue
+                print(json.dumps({"job": name, "account": account, **figures}), flush=True)
     finally:
         spark.stop()
     return status
@@ -269,16 +322,17 @@ def _watch_parent(parent: int, scheduler: Any) -> None:
 
 def _sql(args: argparse.Namespace) -> int:
     if not args.no_flush:
-        _ask_gateway_to_flush(args.gateway)
+        _ask_gateway_to_flush(args.gateway, args.token or os.environ.get("JETLAKE_TOKEN"))
 
     from pyspark.errors import PySparkException
 
+    from engine.store.layout import Layout
     from jobs.spark import spark_session
     from jobs.sql import register_views
 
     spark = spark_session(args.master, app_name="jetlake-sql")
     try:
-        register_views(spark, args.warehouse)
+        register_views(spark, Layout(args.warehouse, args.account))
         try:
             df = spark.sql(args.query)
             columns = list(df.columns)
@@ -292,14 +346,17 @@ def _sql(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ask_gateway_to_flush(gateway: str) -> None:
+def _ask_gateway_to_flush(gateway: str, token: str | None = None) -> None:
     """Every message acknowledged before now reaches its table: the gateway commits its logs.
 
     No gateway answering means none runs on this machine's port: a stopped gateway flushed everything
     at shutdown. A gateway that answers with an error is reported, and the query runs anyway.
     """
     url = gateway.rstrip("/") + "/v1/flush"
-    request = urllib.request.Request(url, data=b"{}", method="POST", headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, data=b"{}", method="POST", headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=120) as response:
             answer = json.loads(response.read() or b"{}")
@@ -390,11 +447,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jetlake", description="NATS JetStream's model on Delta Lake tables")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the HTTP gateway")
-    serve.add_argument("--warehouse", default="./warehouse", help="warehouse folder (default ./warehouse)")
-    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--warehouse", default=None,
+                       help="warehouse folder (default: the config's jetstream { store_dir }, then ./warehouse)")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to bind; other than loopback only with authentication configured")
     serve.add_argument("--port", type=int, default=4280)
+    serve.add_argument("--config", default=None, metavar="FILE",
+                       help="nats-server config file: accounts, users, permissions, limits, tls (SIGHUP reloads it)")
+    serve.add_argument("--tls-cert", default=None, metavar="PEM", help="serve HTTPS with this certificate (chain)")
+    serve.add_argument("--tls-key", default=None, metavar="PEM", help="the certificate's private key")
+    serve.add_argument("--tls-ca", default=None, metavar="PEM", help="CA certificates that sign client certificates")
+    serve.add_argument("--tls-verify", action="store_true", help="require a client certificate signed by --tls-ca")
+    serve.add_argument("--tls-map", action="store_true",
+                       help="the client certificate names the user (nats-server's verify_and_map); implies --tls-verify")
     serve.add_argument(
-        "--sync", choices=("os", "always"), default="os",
+        "--sync", choices=("os", "always"), default=None,
         help="write-ahead log sync policy, as JetStream's sync_interval: 'os' lets the OS flush, 'always' fsyncs each batch",
     )
     serve.add_argument("--flush-interval", type=_positive_float, default=DEFAULT_FLUSH_INTERVAL,
@@ -420,6 +487,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = jobs_commands.add_parser("run", help="run retention, erase, compact, or all three in that order")
     run.add_argument("job", choices=("retention", "compact", "erase", "all"))
     _spark_options(run)
+    run.add_argument("--account", default=None, help="only this account (default: every account of the warehouse)")
     run.set_defaults(func=_jobs_run)
 
     scheduler = commands.add_parser("scheduler", help="run the maintenance jobs on intervals")
@@ -443,6 +511,9 @@ def build_parser() -> argparse.ArgumentParser:
     sql.add_argument("--gateway", default="http://127.0.0.1:4280",
                      help="gateway to flush first, so every acknowledged message is in the tables")
     sql.add_argument("--no-flush", action="store_true", help="do not ask a gateway to flush first")
+    sql.add_argument("--account", default=DEFAULT_ACCOUNT, help="the account whose streams are the tables (default: default)")
+    sql.add_argument("--token", default=None,
+                     help="bearer token for the gateway's flush (default $JETLAKE_TOKEN); it flushes that user's account")
     sql.set_defaults(func=_sql)
     return parser
 

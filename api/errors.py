@@ -14,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from api import deps
 from api.responses import json_response
 from engine.errors import ErrorCode, JetStreamError, StreamNotFoundError, invalid_stream_name
 
@@ -31,7 +32,7 @@ def error_response(exc: JetStreamError) -> Response:
 
 def answer(request: Request, exc: Exception) -> Response:
     """The answer to a route's exception: its ApiError, or a 500 for an unexpected failure (logged)."""
-    request.app.state.api_errors += 1
+    deps.count_error(request)
     if isinstance(exc, JetStreamError):
         return error_response(exc)
     log.exception("unexpected failure answering %s %s", request.method, request.url.path, exc_info=exc)
@@ -45,7 +46,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> Response:
-        request.app.state.api_errors += 1
+        deps.count_error(request)
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ()))
         detail = f"invalid {where}: {first.get('msg', 'bad value')}" if where else "bad request"
@@ -53,7 +54,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
-        request.app.state.api_errors += 1
+        deps.count_error(request)
         if exc.status_code == 404 and request.url.path.startswith("/v1/publish/"):
             # The route's path pattern stops at a newline: such a subject is invalid, not a missing route.
             return error_response(JetStreamError(400, ErrorCode.BAD_REQUEST, "invalid publish subject"))

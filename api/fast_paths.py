@@ -2,16 +2,16 @@
 
 A single publish, a KV get or put, a pull and an ack are one small request each; FastAPI's router,
 dependency solving and middleware chain cost about as much as the work itself (a bare ASGI answer is
-twice as fast on this kind of machine). This ASGI middleware matches those few routes by a regular
-expression and calls the very same endpoint functions with a Starlette `Request`, so behaviour,
-parsing and errors stay those of the routes; anything it does not match — other routes, a query
-string it would have to parse, a path FastAPI would treat differently — goes to FastAPI unchanged.
+twice as fast on this kind of machine). This ASGI middleware takes the route the gate matched in
+the one route declaration (api/operations.py, which also holds the permission each route needs) and
+calls the very same endpoint functions with a Starlette `Request`, so behaviour, parsing, checks and
+errors stay those of the routes; anything else — other routes, a query string it would have to
+parse, a path FastAPI would treat differently — goes to FastAPI unchanged.
 """
 
 from __future__ import annotations
 
 import inspect
-import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -19,28 +19,31 @@ from fastapi import Request
 from fastapi.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api import errors
+from api import errors, operations
+from api.gate import ROUTE
 from api.routes import consumers, kv, publish, system
 
 Endpoint = Callable[..., Awaitable[Response]]
 
-# (method, full-match path pattern, endpoint): named groups are the endpoint's path parameters.
-_ROUTES: list[tuple[str, re.Pattern[str], Endpoint]] = [
-    ("POST", re.compile(r"/v1/publish/(?P<subject>[^\r\n]+)"), publish.publish_raw),
-    ("POST", re.compile(r"/v1/publish"), publish.publish_batch),
-    ("POST", re.compile(r"/v1/streams/(?P<stream>[^/]+)/consumers/(?P<consumer>[^/]+)/next"), consumers.next_messages),
-    ("POST", re.compile(r"/v1/streams/(?P<stream>[^/]+)/consumers/(?P<consumer>[^/]+)/ack"), consumers.ack),
-    ("GET", re.compile(r"/v1/kv/(?P<bucket>[^/]+)/entries/(?P<key>[^\r\n]+)"), kv.get),
-    ("PUT", re.compile(r"/v1/kv/(?P<bucket>[^/]+)/entries/(?P<key>[^\r\n]+)"), kv.put),
-    ("GET", re.compile(r"/healthz"), system.healthz),
-]
+# The hot routes of api/operations.py and their endpoints: path and permission come from that table.
+_ENDPOINTS: dict[str, Endpoint] = {
+    "publish.raw": publish.publish_raw,
+    "publish.batch": publish.publish_batch,
+    "consumers.next": consumers.next_messages,
+    "consumers.ack": consumers.ack,
+    "kv.get": kv.get,
+    "kv.put": kv.put,
+    "health": system.healthz,
+}
 
 # Endpoint parameters other than the request and the path: a fast call passes their defaults.
 _DEFAULTED = {kv.get: {"revision": None}}
 
 
 def _check_endpoints() -> None:
-    for _, _, endpoint in _ROUTES:
+    for name, endpoint in _ENDPOINTS.items():
+        if name not in operations.BY_NAME:
+            raise TypeError(f"fast route {name} is not declared in api/operations.py")
         if not inspect.iscoroutinefunction(endpoint):
             raise TypeError(f"{endpoint.__name__} must be async to be answered on the event loop")
 
@@ -49,7 +52,7 @@ _check_endpoints()
 
 
 class FastPaths:
-    """ASGI middleware in front of FastAPI's router for the routes of `_ROUTES`."""
+    """ASGI middleware in front of FastAPI's router for the routes of `_ENDPOINTS`."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -69,13 +72,15 @@ class FastPaths:
 
 
 def _match(scope: Scope) -> tuple[Endpoint, dict[str, Any]] | None:
+    """The endpoint of a hot route and its path parameters; None leaves the request to FastAPI (a query
+    string to parse, a newline or an empty parameter in the path, any other route)."""
     if scope["type"] != "http" or scope.get("query_string"):
         return None
-    method, path = scope["method"], scope["path"]
-    for route_method, pattern, endpoint in _ROUTES:
-        if method != route_method:
-            continue
-        found = pattern.fullmatch(path)
-        if found is not None:
-            return endpoint, {**found.groupdict(), **_DEFAULTED.get(endpoint, {})}
-    return None
+    found = scope.get(ROUTE) or operations.match(scope["method"], scope["path"])
+    if found is None:
+        return None
+    route, params = found
+    endpoint = _ENDPOINTS.get(route.name)
+    if endpoint is None or not all(params.values()) or "\n" in scope["path"] or "\r" in scope["path"]:
+        return None
+    return endpoint, {**params, **_DEFAULTED.get(endpoint, {})}

@@ -1,10 +1,15 @@
-"""A real gateway for API tests: `jetlake serve` in its own process on a free loopback port."""
+"""A real gateway for API tests: `jetlake serve` in its own process on a free loopback port.
+
+`Gateway(warehouse, "--config", path, ...)` runs it with accounts and users; with `--tls-cert` it
+serves HTTPS, checked against `ca` (and presenting `client_cert`, a (cert, key) pair, when given).
+"""
 
 from __future__ import annotations
 
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -24,12 +29,18 @@ def free_port() -> int:
 class Gateway:
     """Starts, kills and restarts one gateway process; stopped by its PID only."""
 
-    def __init__(self, warehouse: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, warehouse: Path, *args: str, env: dict[str, str] | None = None, ca: Path | None = None,
+        client_cert: tuple[str, str] | None = None,
+    ) -> None:
         self.warehouse = warehouse
         self.args = list(args)
         self.env = env or {}  # added to this process's environment, e.g. JETLAKE_FAILPOINTS
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.tls = "--tls-cert" in self.args
+        self.url = f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
+        self.ca = ca
+        self.client_cert = client_cert
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = warehouse.parent / f"gateway-{self.port}.log"
 
@@ -42,7 +53,7 @@ class Gateway:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"gateway exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}")
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=0.5).status_code == 200:
+                if httpx.get(f"{self.url}/healthz", timeout=0.5, **self._tls_options()).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass
@@ -50,8 +61,21 @@ class Gateway:
         self.stop()
         raise TimeoutError(f"gateway did not become healthy: {self.log.read_text()[-2000:]}")
 
-    def client(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=30.0)
+    def _tls_options(self) -> dict[str, object]:
+        if not self.tls:
+            return {}
+        context = ssl.create_default_context(cafile=str(self.ca) if self.ca else None)
+        if self.client_cert is not None:
+            context.load_cert_chain(*self.client_cert)
+        return {"verify": context}
+
+    def client(self, **options: object) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=30.0, **{**self._tls_options(), **options})  # type: ignore[arg-type]
+
+    def hup(self) -> None:
+        """SIGHUP: the gateway reloads its config."""
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGHUP)
 
     def kill9(self) -> None:
         assert self.proc is not None

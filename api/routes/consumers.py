@@ -14,6 +14,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api import delivered_batch, deps
 from api.body import json_object
+from api.operations import ANY
 from api.responses import json_response
 from engine import JetStream, JetStreamError, errors
 from engine.consumer import Delivery
@@ -34,7 +35,12 @@ _NEXT_FIELDS = {"batch", "expires", "no_wait", "max_bytes", "idle_heartbeat"}
 @router.post("")
 async def create_consumer(request: Request, stream: str) -> Response:
     body = await json_object(request)
-    info, created = await run_in_threadpool(deps.engine(request).add_consumer, stream, body)
+    durable, name = deps.text(body.get("durable_name")) or None, deps.text(body.get("name")) or None
+    named = durable or name
+    engine = deps.authorize(
+        request, consumer=named or ANY, durable=durable, unnamed=None if named else "", filter=_single_filter(body)
+    )
+    info, created = await run_in_threadpool(engine.add_consumer, stream, body)
     return json_response(info, 201 if created else 200)
 
 
@@ -51,7 +57,15 @@ def consumer_info(request: Request, stream: str, consumer: str) -> Response:
 @router.put("/{consumer}")
 async def update_consumer(request: Request, stream: str, consumer: str) -> Response:
     body = await json_object(request)
-    return json_response(await run_in_threadpool(deps.engine(request).update_consumer, stream, consumer, body))
+    durable = consumer if body.get("durable_name") else None
+    engine = deps.authorize(request, durable=durable, unnamed=None, filter=_single_filter(body))
+    return json_response(await run_in_threadpool(engine.update_consumer, stream, consumer, body))
+
+
+def _single_filter(body: dict[str, Any]) -> str | None:
+    """The filter nats.go appends to the consumer create subject: a lone `filter_subject`."""
+    filter_ = body.get("filter_subject")
+    return filter_ if isinstance(filter_, str) and filter_ and not body.get("filter_subjects") else None
 
 
 @router.delete("/{consumer}")

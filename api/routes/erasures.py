@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from api import deps
 from api.body import json_object
 from api.responses import json_response
-from engine import errors
+from engine import JetStream, errors
 from engine.erasures import registry
 
 router = APIRouter(prefix="/v1/erasures")
@@ -22,7 +22,13 @@ _FIELDS = {"stream", "seq", "filter"}
 
 @router.post("")
 async def request_erasure(request: Request) -> Response:
-    body = await json_object(request)
+    stream, seq, filter_ = parse_request(await json_object(request))
+    engine = deps.authorize(request, stream=stream, by_seq="" if seq is not None else None, by_filter="" if filter_ is not None else None)
+    return json_response(await erase(engine, stream, seq, filter_), 202)
+
+
+def parse_request(body: dict[str, Any]) -> tuple[str, int | None, str | None]:
+    """`{"stream", "seq" | "filter"}`, checked."""
     unknown = set(body) - _FIELDS
     if unknown:
         raise errors.bad_request(f"unknown erasure field {sorted(unknown)[0]!r}")
@@ -35,15 +41,19 @@ async def request_erasure(request: Request) -> Response:
         raise errors.bad_request("erasure filter must be a subject")
     if (seq is None) == (filter_ is None):
         raise errors.bad_request("give one of seq or filter")
-    engine = deps.engine(request)
+    return stream, seq, filter_
+
+
+async def erase(engine: JetStream, stream: str, seq: int | None, filter_: str | None) -> dict[str, Any]:
     target = engine.stream(stream)
-    answer = await run_in_threadpool(registry(engine.layout).erase, target, seq, filter_)
-    return json_response(answer, 202)
+    return await run_in_threadpool(registry(engine.layout).erase, target, seq, filter_)  # type: ignore[no-any-return]
 
 
 @router.get("/{erasure_id}")
 def erasure_status(request: Request, erasure_id: str) -> Response:
-    return json_response(registry(deps.engine(request).layout).get(erasure_id))
+    answer = registry(deps.lookup(request).layout).get(erasure_id)
+    deps.authorize(request, stream=answer["stream"])
+    return json_response(answer)
 
 
 def _is_seq(value: Any) -> bool:

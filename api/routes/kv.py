@@ -52,7 +52,9 @@ def _key(request: Request, key: str) -> str:
 
 @router.post("")
 async def create_bucket(request: Request) -> Response:
-    status, created = await run_in_threadpool(deps.engine(request).kv.create, await json_object(request))
+    body = await json_object(request)
+    engine = deps.authorize(request, bucket=deps.text(body.get("bucket")))
+    status, created = await run_in_threadpool(engine.kv.create, body)
     return json_response(status, 201 if created else 200)
 
 

@@ -26,7 +26,9 @@ WRITE_BATCH_BYTES = 4 * 1024 * 1024  # body bytes handed to the engine per threa
 
 @router.post("")
 async def create_bucket(request: Request) -> Response:
-    status, created = await run_in_threadpool(deps.engine(request).objects.create, await json_object(request))
+    body = await json_object(request)
+    engine = deps.authorize(request, bucket=deps.text(body.get("bucket")))
+    status, created = await run_in_threadpool(engine.objects.create, body)
     return json_response(status, 201 if created else 200)
 
 

@@ -48,7 +48,7 @@ async def publish_raw(request: Request, subject: str) -> Response:
     results = engine.publish_nowait([message]) or await run_in_threadpool(engine.publish, [message])
     result = results[0]
     if isinstance(result, JetStreamError):
-        request.app.state.api_errors += 1
+        deps.count_error(request)
         return error_response(result)
     return json_response(result.to_dict())
 
@@ -64,7 +64,7 @@ async def publish_batch(request: Request) -> Response:
         messages, positions, results = _split(binary_batch.decode(raw, _headers))
     else:
         messages, positions, results = _json_messages(_parse_ndjson(raw) if "ndjson" in content_type else _parse_batch(raw))
-    engine = deps.engine(request)
+    engine = deps.authorize(request, subject=[m.subject for m in messages])
     acks = (engine.publish_nowait(messages) or await run_in_threadpool(engine.publish, messages)) if messages else []
     for pos, ack in zip(positions, acks, strict=True):
         if type(ack) is PubAck and not ack.duplicate:
@@ -76,7 +76,7 @@ async def publish_batch(request: Request) -> Response:
 
 async def _publish_columns(request: Request, batch: PlainBatch) -> Response:
     """A binary batch without headers, published as columns; a run accepted whole is answered in one join."""
-    engine = deps.engine(request)
+    engine = deps.authorize(request, subject=batch.subjects)
     answer = engine.publish_batch_nowait(batch) or await run_in_threadpool(engine.publish_batch, batch)
     if isinstance(answer, AckRun):
         return Response(_ack_run_json(answer), media_type="application/json")

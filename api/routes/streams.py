@@ -23,7 +23,8 @@ _PURGE_FIELDS = {"filter", "seq", "keep"}
 @router.post("")
 async def create_stream(request: Request) -> Response:
     body = await json_object(request)
-    info, created = await run_in_threadpool(deps.engine(request).add_stream, body)
+    engine = deps.authorize(request, stream=deps.text(body.get("name")))
+    info, created = await run_in_threadpool(engine.add_stream, body)
     return json_response(info, 201 if created else 200)
 
 

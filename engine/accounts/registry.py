@@ -22,6 +22,7 @@ from engine.accounts.config import AccountConfig, ServerConfig
 from engine.accounts.limits import not_enabled
 from engine.clock import Clock
 from engine.jetstream import EngineOptions, JetStream
+from engine.store.backlog import Backlog
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,8 @@ class Accounts:
         self.options = options
         self.clock = clock
         self.config = config
+        # One bound on unflushed log bytes for the gateway, whichever account writes them.
+        self.backlog = Backlog(options.max_unflushed_bytes, options.max_unflushed_total)
         self._accounts: dict[str, Account] = {}
         self._lock = threading.Lock()
 
@@ -74,7 +77,7 @@ class Accounts:
         if account.jetstream is None:
             return None
         options = dataclasses.replace(self.options, account=account.name, limits=account.jetstream)
-        engine = JetStream(self.warehouse, options, clock=self.clock)
+        engine = JetStream(self.warehouse, options, clock=self.clock, backlog=self.backlog)
         engine.open(start_flusher=self._start_flusher)
         log.info("account %s: JetStream open on %s", account.name, engine.layout.root)
         return engine

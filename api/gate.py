@@ -1,0 +1,244 @@
+"""The HTTP door's check: who is asking, which account they act in, and whether the route's NATS operation is allowed.
+
+An ASGI middleware in front of everything else. For each request it finds the route in the one
+declaration (api/operations.py), reads the credentials (`Authorization: Bearer <token>` or
+`Basic <user:password>`, and the verified client certificate the TLS layer put in the scope), asks
+api/auth.py for the principal, checks the route's subjects against the principal's permissions,
+and hands the route its account (`scope["jetlake.access"]`): every engine a route reaches is the
+caller's account's, so nothing of another account can be seen, named or counted. Refusals are 401
+(missing or bad credentials) and 403 (permission) in JetStream's ApiError shape, change nothing,
+and are counted (`/metrics`). A route whose subject is in the body (a stream create, a batch
+publish) is checked by its handler through `deps.authorize` before it may reach the engine.
+`/healthz` needs no credentials. Counterpart: the permission checks of server/client.go, for HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import binascii
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import pybase64
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from api import operations
+from api.auth import AuthError, Authenticator, CertIdentity, Principal
+from api.responses import json_response
+from api.waiters import Waiters
+from engine.accounts.config import ServerConfig
+from engine.accounts.registry import Account, Accounts
+from engine.errors import ErrorCode, JetStreamError
+
+log = logging.getLogger(__name__)
+ACCESS = "jetlake.access"
+ROUTE = "jetlake.route"  # (route, path parameters) as matched, for api/fast_paths.py
+TLS_IDENTITY = "jetlake.tls_identity"  # set in the scope's TLS extension by api/tls.py
+CHALLENGE = [(b"www-authenticate", b'Bearer realm="jetlake", Basic realm="jetlake"')]
+
+
+def unauthorized() -> JetStreamError:
+    return JetStreamError(401, ErrorCode.NONE, "Authorization Violation")
+
+
+def forbidden(subject: str) -> JetStreamError:
+    return JetStreamError(403, ErrorCode.NONE, f'Permissions Violation for Publish to "{subject}"')
+
+
+def account_not_found() -> JetStreamError:
+    return JetStreamError(404, ErrorCode.NONE, "account not found")
+
+
+@dataclass
+class Stats:
+    """Gateway-wide counters (the system account's view); per-account ones are on each Account."""
+
+    api_total: int = 0
+    api_errors: int = 0
+    unauthorized: int = 0
+    denied: int = 0
+
+
+@dataclass
+class Access:
+    """What the gate grants a request: its principal, the account it acts in, and whether its check is done."""
+
+    principal: Principal
+    account: Account
+    route: operations.Route
+    params: dict[str, Any]
+    waiters: Waiters
+    checked: bool = False
+
+
+@dataclass
+class Gate:
+    """The state behind the middleware: accounts, authenticator, pull waiters per account, counters."""
+
+    accounts: Accounts
+    authenticator: Authenticator
+    stats: Stats = field(default_factory=Stats)
+    waiters: dict[str, Waiters] = field(default_factory=dict)
+    loop: asyncio.AbstractEventLoop | None = None
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Binds every account's waiters to the loop and their engine's notifications to them."""
+        self.loop = loop
+        for account in self.accounts:
+            self.waiters_of(account)
+
+    def waiters_of(self, account: Account) -> Waiters:
+        found = self.waiters.get(account.name)
+        if found is None:
+            found = self.waiters[account.name] = Waiters()
+            if self.loop is not None:
+                found.bind(self.loop)
+        if account.engine is not None and account.engine.notify is None and self.loop is not None:
+            account.engine.notify = found.wake_threadsafe
+        return found
+
+    def reload(self, config: ServerConfig) -> list[str]:
+        """Applies a new config: accounts first (a new account's engine opens before its users may log
+        in), then the users; waiters for new accounts. Settings that need a restart are reported."""
+        old = self.authenticator.config
+        changes = self.accounts.reload(config)
+        self.authenticator.reload(config)
+        for account in self.accounts:
+            self.waiters_of(account)
+        if config.tls != old.tls:
+            changes.append("tls settings changed: they apply at the next start")
+        if config.jetstream != old.jetstream:
+            changes.append("jetstream settings changed: they apply at the next start")
+        changes += [f"config: {w}" for w in config.warnings if w not in old.warnings]
+        return changes
+
+    def unbind(self) -> None:
+        for engine in self.accounts.engines():
+            engine.notify = None
+
+    def check(self, access: Access, grants: list[tuple[str, ...]], values: dict[str, Any]) -> None:
+        """Raises 403 unless every grant has an applicable subject the principal may publish to."""
+        principal = access.principal
+        if principal.permissions is None:
+            return
+        for grant in grants:
+            for params in _expanded(values):
+                candidates = operations.subjects(access.route, params, grant)
+                if not any(principal.can_publish(s) for s in candidates):  # none applies: refused too
+                    self.deny(access.account)
+                    raise forbidden(candidates[0] if candidates else grant[0])
+
+    def deny(self, account: Account) -> None:
+        """Counts a permission refusal (its error is counted where it is answered)."""
+        account.api.denied += 1
+        self.stats.denied += 1
+
+
+def _expanded(values: dict[str, Any]) -> list[dict[str, Any]]:
+    """One params dict per value of a list param (a batch's subjects), else the params as they are."""
+    lists = [k for k, v in values.items() if isinstance(v, (list, tuple, set, frozenset))]
+    if not lists:
+        return [values]
+    key = lists[0]
+    return [{**values, key: item} for item in dict.fromkeys(values[key])]
+
+
+class GateMiddleware:
+    """Authenticates, routes to the caller's account, checks the route's subjects (see the module)."""
+
+    def __init__(self, app: ASGIApp, gate: Gate) -> None:
+        self.app = app
+        self.gate = gate
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        found = scope[ROUTE] = operations.match(scope["method"], scope["path"])
+        if found is None or found[0].open:
+            await self.app(scope, receive, send)
+            return
+        route, path_params = found
+        try:
+            scope[ACCESS] = self._admit(scope, route, path_params)
+        except JetStreamError as exc:
+            headers = CHALLENGE if exc.code == 401 else []
+            await _refuse(exc, headers)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def _admit(self, scope: Scope, route: operations.Route, path_params: dict[str, str]) -> Access:
+        gate = self.gate
+        try:
+            authenticator = gate.authenticator
+            if authenticator.required:
+                principal = authenticator.authenticate(**credentials(scope), connection_type="HTTP")
+            else:  # no authentication configured: credentials are ignored, as nats-server ignores them
+                principal = authenticator.authenticate()
+            own = gate.accounts.get(principal.account)
+            if own is None:  # its account left the config in a reload that raced this request
+                raise AuthError()
+        except AuthError:
+            gate.stats.unauthorized += 1
+            gate.stats.api_errors += 1
+            raise unauthorized() from None
+        if scope["path"].startswith("/v1/"):
+            own.api.total += 1
+            gate.stats.api_total += 1
+        params = operations.request_params(route, path_params, scope.get("query_string", b""))
+        access = Access(principal, own, route, params, gate.waiters_of(own))
+        try:
+            if route.system and not principal.system:
+                gate.deny(own)
+                raise forbidden(operations.subjects(route, params, route.grants[0])[0])
+            gate.check(access, operations.grants_with(route, frozenset()), params)
+            if route.system and "account" in params:
+                target = gate.accounts.get(params["account"])
+                if target is None:
+                    raise account_not_found()
+                access = Access(principal, target, route, params, gate.waiters_of(target))
+            if route.jetstream and (access.account.engine is None or access.account.config.jetstream is None):
+                raise JetStreamError(503, ErrorCode.NOT_ENABLED_FOR_ACCOUNT, "JetStream not enabled for account")
+        except JetStreamError:
+            own.api.errors += 1
+            gate.stats.api_errors += 1
+            raise
+        access.checked = not route.deferred
+        return access
+
+
+def credentials(scope: Scope) -> dict[str, Any]:
+    """The credentials of a request: `Authorization` (Bearer or Basic) and the TLS client identity."""
+    found: dict[str, Any] = {}
+    tls = (scope.get("extensions") or {}).get("tls") or {}
+    identity = tls.get(TLS_IDENTITY)
+    if isinstance(identity, CertIdentity):
+        found["tls_identity"] = identity
+    values = [value for name, value in scope["headers"] if name == b"authorization"]
+    if not values:
+        return found
+    if len(values) > 1:
+        raise AuthError()
+    scheme, _, rest = values[0].decode("latin-1").strip().partition(" ")
+    rest = rest.strip()
+    if scheme.lower() == "bearer" and rest:
+        found["token"] = rest
+    elif scheme.lower() == "basic" and rest:
+        try:
+            decoded = pybase64.b64decode(rest, validate=True).decode("utf-8")
+        except (binascii.Error, ValueError):
+            raise AuthError() from None
+        user, sep, password = decoded.partition(":")
+        if not sep or not user:
+            raise AuthError()
+        found["user"], found["password"] = user, password
+    else:
+        raise AuthError()
+    return found
+
+
+def _refuse(exc: JetStreamError, headers: list[tuple[bytes, bytes]]) -> Any:
+    response = json_response({"type": "io.nats.jetstream.api.v1.error_response", "error": exc.to_dict()}, exc.code)
+    response.raw_headers.extend(headers)
+    return response

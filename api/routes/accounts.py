@@ -1,0 +1,55 @@
+"""The system account's routes: the accounts, their usage, and GDPR erasure in any of them.
+
+Only a user of the configured `system_account` reaches these (or anyone on a gateway without a
+config); the account acted on is the one in the path (api/gate.py). Counterpart: the account
+requests nats-server answers on `$SYS.REQ.SERVER.PING.ACCOUNTZ` and `$SYS.REQ.ACCOUNT.<acc>.JSZ`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from api import deps
+from api.body import json_object
+from api.responses import json_response
+from api.routes.erasures import erase, parse_request
+from engine.accounts.registry import Account
+from engine.erasures import registry
+from engine.jetstream import API_LEVEL
+
+router = APIRouter(prefix="/v1/accounts")
+
+
+def _summary(account: Account) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": account.name, "jetstream": account.config.jetstream is not None and account.engine is not None}
+    if out["jetstream"]:
+        out["info"] = account.jetstream().account_info()
+        out["info"]["api"] = {"level": API_LEVEL, "total": account.api.total, "errors": account.api.errors}
+    return out
+
+
+@router.get("")
+def list_accounts(request: Request) -> Response:
+    accounts = deps.gate(request).accounts
+    found = [accounts.get(name) for name in accounts.names()]
+    listed = [_summary(a) for a in found if a is not None]
+    return json_response({"total": len(listed), "accounts": listed})
+
+
+@router.get("/{account}")
+def account_info(request: Request, account: str) -> Response:
+    return json_response(_summary(deps.account(request)))
+
+
+@router.post("/{account}/erasures")
+async def request_erasure(request: Request, account: str) -> Response:
+    stream, seq, filter_ = parse_request(await json_object(request))
+    return json_response(await erase(deps.engine(request), stream, seq, filter_), 202)
+
+
+@router.get("/{account}/erasures/{erasure_id}")
+def erasure_status(request: Request, account: str, erasure_id: str) -> Response:
+    return json_response(registry(deps.engine(request).layout).get(erasure_id))
