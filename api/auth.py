@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from engine.accounts.permissions import Permissions
 AUTH_VIOLATION = "Authorization Violation"
 BCRYPT_MAX = 72  # bytes of a password bcrypt reads (Go's bcrypt ignores the rest too)
 CACHE_LIMIT = 10_000
+_MISSING = object()
 _SHORT_NAMES = {
     "commonName": "CN", "countryName": "C", "localityName": "L", "stateOrProvinceName": "ST",
     "streetAddress": "STREET", "organizationName": "O", "organizationalUnitName": "OU", "postalCode": "POSTALCODE",
@@ -178,14 +178,13 @@ class _State:
     bcrypt_token_users: list[User]
     user_dns: list[tuple[frozenset[frozenset[tuple[str, str]]], list[frozenset[tuple[str, str]]], str]]
     anonymous: Principal
-    cache: dict[bytes, Principal | None] = field(default_factory=dict)
+    cache: dict[tuple[object, ...], Principal | None] = field(default_factory=dict)
 
 
 class Authenticator:
     """Turns presented credentials into a `Principal`, for one config at a time."""
 
     def __init__(self, config: ServerConfig) -> None:
-        self._key = os.urandom(32)
         self._lock = threading.Lock()
         self._state = self._build(config)
 
@@ -251,12 +250,14 @@ class Authenticator:
             return state.anonymous
         if tls_identity is None and tls_subject is not None:
             tls_identity = CertIdentity.from_subject(tls_subject)
-        key = self._cache_key(user, password, token, tls_identity, connection_type)
-        if key in state.cache:
-            found = state.cache[key]
+        # Keyed by the credentials themselves: str hashes are keyed per process (SipHash), so a lookup
+        # reveals nothing of a secret it does not already hold.
+        key = (user, password, token, tls_identity, connection_type)
+        found = state.cache.get(key, _MISSING)
+        if found is not _MISSING:
             if found is None:
                 raise AuthError()
-            return found
+            return found  # type: ignore[return-value]
         principal = self._check(state, user, password, token, tls_identity, connection_type)
         with self._lock:
             if len(state.cache) >= CACHE_LIMIT:
@@ -265,9 +266,6 @@ class Authenticator:
         if principal is None:
             raise AuthError()
         return principal
-
-    def _cache_key(self, *parts: object) -> bytes:
-        return hmac.new(self._key, repr(parts).encode(), hashlib.sha256).digest()
 
     def _check(
         self, state: _State, user: str | None, password: str | None, token: str | None,

@@ -11,7 +11,6 @@ from typing import Any
 
 from fastapi import Request
 
-from api import operations
 from api.gate import ACCESS, Access, Gate
 from api.waiters import Waiters
 from engine import JetStream
@@ -51,7 +50,7 @@ def authorize(request: Request, **values: Any) -> JetStream:
     """Checks the route's grants that read values of the body; 403 if one is not allowed."""
     found = access(request)
     params = {**found.params, **values}
-    gate(request).check(found, operations.grants_with(found.route, found.route.needs), params)
+    gate(request).check(found, found.route.late, params)
     found.checked = True
     return found.account.jetstream()
 

@@ -192,7 +192,7 @@ class GateMiddleware:
             if route.system and not principal.system:
                 gate.deny(own)
                 raise forbidden(operations.subjects(route, params, route.grants[0])[0])
-            gate.check(access, operations.grants_with(route, frozenset()), params)
+            gate.check(access, route.early, params)
             if route.system and "account" in params:
                 target = gate.accounts.get(params["account"])
                 if target is None:
@@ -211,20 +211,25 @@ class GateMiddleware:
 def credentials(scope: Scope) -> dict[str, Any]:
     """The credentials of a request: `Authorization` (Bearer or Basic) and the TLS client identity."""
     found: dict[str, Any] = {}
-    tls = (scope.get("extensions") or {}).get("tls") or {}
-    identity = tls.get(TLS_IDENTITY)
-    if isinstance(identity, CertIdentity):
-        found["tls_identity"] = identity
-    values = [value for name, value in scope["headers"] if name == b"authorization"]
-    if not values:
+    extensions = scope.get("extensions")
+    if extensions:
+        identity = (extensions.get("tls") or {}).get(TLS_IDENTITY)
+        if isinstance(identity, CertIdentity):
+            found["tls_identity"] = identity
+    value: bytes | None = None
+    for name, raw in scope["headers"]:
+        if name == b"authorization":
+            if value is not None:
+                raise AuthError()
+            value = raw
+    if value is None:
         return found
-    if len(values) > 1:
-        raise AuthError()
-    scheme, _, rest = values[0].decode("latin-1").strip().partition(" ")
+    scheme, _, rest = value.decode("latin-1").strip().partition(" ")
     rest = rest.strip()
-    if scheme.lower() == "bearer" and rest:
+    scheme = scheme.lower()
+    if scheme == "bearer" and rest:
         found["token"] = rest
-    elif scheme.lower() == "basic" and rest:
+    elif scheme == "basic" and rest:
         try:
             decoded = pybase64.b64decode(rest, validate=True).decode("utf-8")
         except (binascii.Error, ValueError):

@@ -26,6 +26,7 @@ import base64
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -35,6 +36,12 @@ Params = Mapping[str, Any]
 _PLACEHOLDER = re.compile(r"\{(\.?)(\w+)(?:\|(\w+))?\}")
 
 INFO = "$JS.API.INFO"
+
+
+def _reads(grant: tuple[str, ...]) -> set[str]:
+    """The params a grant's templates read."""
+    return {m.group(2) for t in grant for m in _PLACEHOLDER.finditer(t)}
+
 ANY = "*"  # a name chosen by the server or at random: only a wildcard grant covers it
 
 
@@ -53,9 +60,14 @@ class Route:
     system: bool = False  # the system account's route; `{account}` names the account it acts on
     jetstream: bool = True  # needs the account's JetStream (10039 when off)
     regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+    early: tuple[tuple[str, ...], ...] = field(init=False, repr=False, compare=False)  # checked by the gate
+    late: tuple[tuple[str, ...], ...] = field(init=False, repr=False, compare=False)  # checked by the handler
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "regex", compile_path(self.path)[0])
+        late = tuple(g for g in self.grants if _reads(g) & self.needs)
+        object.__setattr__(self, "late", late)
+        object.__setattr__(self, "early", tuple(g for g in self.grants if g not in late))
 
     @property
     def deferred(self) -> bool:
@@ -202,9 +214,9 @@ def request_params(route: Route, path_params: Mapping[str, str], query_string: b
 
 def subjects(route: Route, params: Mapping[str, Any], grant: tuple[str, ...]) -> list[str]:
     """The subjects of one grant's templates that apply to these params (any one of them suffices)."""
-    values = dict(params)
+    values = params
     if route.derive is not None:
-        values.update(route.derive(values))
+        values = {**params, **route.derive(dict(params))}
     out = []
     for template in grant:
         subject = _fill(template, values)
@@ -213,31 +225,36 @@ def subjects(route: Route, params: Mapping[str, Any], grant: tuple[str, ...]) ->
     return out
 
 
-def _fill(template: str, values: Mapping[str, Any]) -> str | None:
-    missing = False
+Part = tuple[str, str, bool, str | None]  # literal text, then a param: name, whether dotted, conversion
 
-    def one(found: re.Match[str]) -> str:
-        nonlocal missing
+
+@lru_cache(maxsize=None)
+def _parts(template: str) -> tuple[Part, ...]:
+    parts: list[Part] = []
+    pos = 0
+    for found in _PLACEHOLDER.finditer(template):
         dot, name, conversion = found.groups()
+        parts.append((template[pos : found.start()], name, bool(dot), conversion))
+        pos = found.end()
+    parts.append((template[pos:], "", False, None))
+    return tuple(parts)
+
+
+def _fill(template: str, values: Mapping[str, Any]) -> str | None:
+    """The template with its params; None if a param it needs (not a `{.x}` one) is None."""
+    out = []
+    for literal, name, dot, conversion in _parts(template):
+        out.append(literal)
+        if not name:
+            continue
         value = values.get(name)
         if value is None:
             if not dot:
-                missing = True
-            return ""
+                return None
+            continue
         text = str(value)
         if conversion == "b64":
             text = base64.urlsafe_b64encode(text.encode()).decode()
-        return ("." + text) if dot else text
+        out.append("." + text if dot else text)
+    return "".join(out)
 
-    subject = _PLACEHOLDER.sub(one, template)
-    return None if missing else subject
-
-
-def grants_with(route: Route, names: frozenset[str]) -> list[tuple[str, ...]]:
-    """The route's grants that read any of `names` (the handler's params), or none of them (`names` empty)."""
-    def reads(grant: tuple[str, ...]) -> set[str]:
-        return {m.group(2) for t in grant for m in _PLACEHOLDER.finditer(t)}
-
-    if not names:
-        return [g for g in route.grants if not reads(g) & route.needs]
-    return [g for g in route.grants if reads(g) & names]

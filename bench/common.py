@@ -151,10 +151,12 @@ def stop_process(p: subprocess.Popen | None, name: str, grace: float = 15.0) -> 
 # ----------------------------------------------------------------------------------------------
 
 
-def build_request(method: str, path: str, port: int, body: bytes, ctype: str = "application/json") -> bytes:
+def build_request(method: str, path: str, port: int, body: bytes, ctype: str = "application/json",
+                  headers: str = "") -> bytes:
+    """A raw HTTP/1.1 request; `headers` are extra header lines, each ending in CRLF."""
     head = (
         f"{method} {path} HTTP/1.1\r\nHost: {HOST}:{port}\r\nContent-Type: {ctype}\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
+        f"Content-Length: {len(body)}\r\n{headers}\r\n"
     ).encode()
     return head + body
 
@@ -248,12 +250,13 @@ class RawHTTP:
             self.sock = None
 
 
-def http_call(port: int, method: str, path: str, body: dict | None = None, timeout: float = 30.0):
+def http_call(port: int, method: str, path: str, body: dict | None = None, timeout: float = 30.0,
+              headers: dict[str, str] | None = None):
     """One-off JSON call with http.client -> (status, parsed body or text)."""
     conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
     try:
         data = json.dumps(body).encode() if body is not None else None
-        headers = {"Content-Type": "application/json"} if data is not None else {}
+        headers = {**({"Content-Type": "application/json"} if data is not None else {}), **(headers or {})}
         conn.request(method, path, body=data, headers=headers)
         r = conn.getresponse()
         raw = r.read()

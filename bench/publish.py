@@ -15,6 +15,9 @@ What it measures (1 KiB payloads everywhere):
   The same against nats-server -js (file storage) with nats-py: (a) `await js.publish` one at a time,
   (b) pipelined `js.publish_async` from 4 clients in windows of 1,000.
   Both again with fsync per write (`jetlake serve --sync always`, nats `sync_interval: always`).
+  The gateway's (a) and (b) once more with authentication and permissions on (`--config`: a user
+  with a bcrypt token and publish allow and deny lists; every request carries `Authorization:
+  Bearer`), beside the run without: `auth_overhead` is the cost of the check, in percent.
   For the gateway also: Delta commits of the stream table per second during the load (against the
   flush interval) and the number of data files in the table afterwards.
 
@@ -148,7 +151,7 @@ def merge(run: tuple[list[dict], dict]) -> dict:
 
 def http_single_worker(port, subject, n, warm, cap_s, *, ready, go):
     """(a): one keep-alive connection, one raw publish at a time."""
-    reqs = [build_request("POST", f"/v1/publish/{subject}", port, pl, "application/octet-stream")
+    reqs = [build_request("POST", f"/v1/publish/{subject}", port, pl, "application/octet-stream", AUTH_HEADERS)
             for pl in POOL[:A_DISTINCT]]
     c = RawHTTP(port)
     for k in range(warm):
@@ -186,6 +189,16 @@ def http_single_worker(port, subject, n, warm, cap_s, *, ready, go):
 
 B_FORMATS = {"binary": "application/x-jetlake-batch", "json": "application/json"}
 B_FORMAT = "binary"  # set from --b-format before the workers fork
+AUTH_HEADERS = ""  # extra request header lines of the run with authentication, set before the workers fork
+AUTH_TOKEN = "bench-token"
+AUTH_CONFIG = """authorization {{
+  users: [
+    {{ user: bench, token: "{token_hash}",
+       permissions: {{ publish: {{ allow: ["bench.>", "$JS.API.>"], deny: ["bench.secret.>"] }},
+                      subscribe: {{ allow: ["_INBOX.>"] }} }} }}
+  ]
+}}
+"""
 
 
 def build_batch_body(subject: str, count: int, first: int = 0, fmt: str | None = None) -> bytes:
@@ -204,11 +217,12 @@ def http_batch_worker(port, subject, batches, batch, warm_msgs, cap_s, first, *,
     are built beforehand (B_BODIES of them, distinct payloads) and re-sent in turn: the sequences
     differ anyway, and the payloads vary enough that Parquet cannot shrink a commit by deduplicating."""
     ctype = B_FORMATS[B_FORMAT]
-    reqs = [build_request("POST", "/v1/publish", port, build_batch_body(subject, batch, first + j * batch), ctype)
+    reqs = [build_request("POST", "/v1/publish", port, build_batch_body(subject, batch, first + j * batch), ctype, AUTH_HEADERS)
             for j in range(B_BODIES)]
     c = RawHTTP(port)
     if warm_msgs:
-        st, body = c.request(build_request("POST", "/v1/publish", port, build_batch_body(subject, warm_msgs), ctype))
+        st, body = c.request(build_request("POST", "/v1/publish", port, build_batch_body(subject, warm_msgs), ctype,
+                                           AUTH_HEADERS))
         if st != 200:
             raise RuntimeError(f"warm-up batch answered {st}: {body[:300]!r}")
     ready()
@@ -472,15 +486,17 @@ class Sizes:
 # ----------------------------------------------------------------------------------------------
 
 
-def bench_jetlake(args, sizes: Sizes, sync_always: bool, workdir: Path) -> dict:
-    out: dict = {"sync": "always" if sync_always else "default"}
+def bench_jetlake(args, sizes: Sizes, sync_always: bool, workdir: Path, auth: bool = False) -> dict:
+    """The gateway's phases; with `auth`, (a) and (b) only, with a token and permissions configured."""
+    global AUTH_HEADERS
+    out: dict = {"sync": "always" if sync_always else "default", "auth": auth}
     jetlake = Path(args.jetlake)
     if not jetlake.exists():
         out["error"] = f"{jetlake} not found (run scripts/setup.sh; is api/cli.py written yet?)"
         log(out["error"])
         return out
     help_text = serve_help(jetlake)
-    wh = workdir / ("wh-sync" if sync_always else "wh")
+    wh = workdir / ("wh-sync" if sync_always else "wh-auth" if auth else "wh")
     wh.mkdir(parents=True, exist_ok=True)
     extra: list[str] = []
     if "--flush-interval" in help_text:
@@ -497,13 +513,24 @@ def bench_jetlake(args, sizes: Sizes, sync_always: bool, workdir: Path) -> dict:
             log(out["error"])
             return out
         extra += ["--sync", "always"]
-    log_path = workdir / ("gateway-sync.log" if sync_always else "gateway.log")
+    headers: dict[str, str] = {}
+    AUTH_HEADERS = ""
+    if auth:
+        import bcrypt
+
+        config = workdir / "auth.conf"
+        token_hash = bcrypt.hashpw(AUTH_TOKEN.encode(), bcrypt.gensalt(10, prefix=b"2a")).decode()
+        config.write_text(AUTH_CONFIG.format(token_hash=token_hash))
+        extra += ["--config", str(config)]
+        headers = {"Authorization": f"Bearer {AUTH_TOKEN}"}
+        AUTH_HEADERS = f"Authorization: Bearer {AUTH_TOKEN}\r\n"
+    log_path = workdir / ("gateway-sync.log" if sync_always else "gateway-auth.log" if auth else "gateway.log")
     p = None
     try:
         # started in the warehouse's parent (workdir), ready once /healthz answers 200
         p, port, out["startup_s"] = start_gateway(jetlake, wh, log_path, extra, start_timeout=args.start_timeout)
 
-        st, body = http_call(port, "POST", "/v1/streams", {"name": STREAM, "subjects": ["bench.>"]})
+        st, body = http_call(port, "POST", "/v1/streams", {"name": STREAM, "subjects": ["bench.>"]}, headers=headers)
         if st not in (200, 201):
             raise RuntimeError(f"create stream answered {st}: {body}")
         table = wh / "default" / "streams" / STREAM
@@ -536,6 +563,9 @@ def bench_jetlake(args, sizes: Sizes, sync_always: bool, workdir: Path) -> dict:
         log(f"jetlake (b): {out['b_msgs_s']} msgs/s, acks ok {out['b_acks_ok']}/{m['n']}, errors {m['errors']}, "
             f"seqs unique {out['b_seqs_unique']}")
 
+        if auth:  # the comparison needs (a) and (b) only
+            return out
+
         # (c)
         per_proc = sizes.c_clients // sizes.c_procs
         log(f"jetlake (c): {sizes.c_clients} concurrent clients x {sizes.c_per_client} publishes")
@@ -562,7 +592,7 @@ def bench_jetlake(args, sizes: Sizes, sync_always: bool, workdir: Path) -> dict:
         deadline = time.monotonic() + settle + 10
         msgs = None
         while time.monotonic() < deadline:  # until the stream reports every acked message, bounded
-            st, info = http_call(port, "GET", f"/v1/streams/{STREAM}")
+            st, info = http_call(port, "GET", f"/v1/streams/{STREAM}", headers=headers)
             if st == 200 and isinstance(info, dict):
                 msgs = (info.get("state") or {}).get("messages")
                 if msgs is not None and msgs >= expected:
@@ -677,6 +707,7 @@ def main() -> int:
     ap.add_argument("--skip-jetlake", action="store_true")
     ap.add_argument("--skip-nats", action="store_true")
     ap.add_argument("--skip-sync-always", action="store_true")
+    ap.add_argument("--skip-auth", action="store_true", help="skip the gateway's run with authentication and permissions")
     ap.add_argument("--keep", action="store_true", help="keep the temporary warehouses and logs")
     args = ap.parse_args()
 
@@ -699,6 +730,8 @@ def main() -> int:
     try:
         if not args.skip_jetlake:
             result["jetlake"] = bench_jetlake(args, sizes, False, workdir)
+            if not args.skip_auth:
+                result["jetlake_auth"] = bench_jetlake(args, sizes, False, workdir, auth=True)
         if not args.skip_nats:
             result["nats"] = bench_nats(args, sizes, False, workdir)
         if not args.skip_sync_always:
@@ -714,6 +747,12 @@ def main() -> int:
 
     jl, nt = result.get("jetlake", {}), result.get("nats", {})
     jls, nts = result.get("jetlake_sync_always", {}), result.get("nats_sync_always", {})
+    ja = result.get("jetlake_auth", {})
+    result["auth_overhead"] = {  # percent of throughput lost (latency added) with authentication and permissions on
+        "a_msgs_s_pct": _overhead(jl.get("a_msgs_s"), ja.get("a_msgs_s")),
+        "a_p50_pct": -_overhead(jl.get("a_p50_ms"), ja.get("a_p50_ms")) if jl.get("a_p50_ms") and ja.get("a_p50_ms") else None,
+        "b_msgs_s_pct": _overhead(jl.get("b_msgs_s"), ja.get("b_msgs_s")),
+    }
     result["ratios"] = {
         "a_msgs_s": ratio(jl.get("a_msgs_s"), nt.get("a_msgs_s")),
         "a_p50": ratio(jl.get("a_p50_ms"), nt.get("a_p50_ms")),
@@ -732,10 +771,12 @@ def main() -> int:
         "b_ge_peer": goal(lambda b, n: b >= n and b_ok, jl.get("b_msgs_s"), nt.get("b_msgs_s")),
         "a_p50_le_2ms": goal(lambda x: x <= 2.0, jl.get("a_p50_ms")),
         "a_p99_le_10ms": goal(lambda x: x <= 10.0, jl.get("a_p99_ms")),
+        "auth_overhead_le_5pct": goal(lambda a, b: a <= 5.0 and b <= 5.0, result["auth_overhead"]["a_msgs_s_pct"],
+                                      result["auth_overhead"]["b_msgs_s_pct"]),
     }
     result["duration_s"] = round(time.monotonic() - t0, 1)
     result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-    failed = [k for k in ("jetlake", "nats", "jetlake_sync_always", "nats_sync_always")
+    failed = [k for k in ("jetlake", "jetlake_auth", "nats", "jetlake_sync_always", "nats_sync_always")
               if isinstance(result.get(k), dict) and "error" in result[k]]
     if failed:
         result["failed"] = failed
@@ -743,6 +784,13 @@ def main() -> int:
     sys.stdout.write(json.dumps(result, separators=(",", ":")) + "\n")
     sys.stdout.flush()
     return 1 if failed else 0
+
+
+def _overhead(base: float | None, other: float | None) -> float | None:
+    """How much lower `other` is than `base`, in percent of `base` (negative: higher)."""
+    if base is None or other is None or not base:
+        return None
+    return round(100.0 * (base - other) / base, 1)
 
 
 if __name__ == "__main__":
