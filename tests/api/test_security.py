@@ -336,3 +336,10 @@ def test_two_accounts_have_their_own_orders_on_the_same_subjects(c: httpx.Client
 def test_the_config_file_stays_out_of_the_logs(gateway: Gateway, names: dict[str, str]) -> None:
     log = Path(gateway.log).read_text()
     assert "a-pw" not in log and "a-token" not in log and "op-pw" not in log
+
+
+def test_the_api_document_names_the_permission_of_every_route() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    permissions = text[text.index("## Authentication, accounts and permissions"):]
+    for route in ROUTES:
+        assert f"`{route.method} {route.path.replace(':path', '')}" in permissions, route.name
