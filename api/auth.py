@@ -184,9 +184,9 @@ class _State:
 class Authenticator:
     """Turns presented credentials into a `Principal`, for one config at a time."""
 
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: ServerConfig | None = None) -> None:
         self._lock = threading.Lock()
-        self._state = self._build(config)
+        self._state = self._build(config or ServerConfig.open())
 
     @property
     def config(self) -> ServerConfig:
@@ -196,6 +196,11 @@ class Authenticator:
     def required(self) -> bool:
         """False: no authentication configured (the gateway then serves loopback only)."""
         return self._state.config.auth_required
+
+    @property
+    def nonce_required(self) -> bool:
+        """Whether the NATS door must send a nonce in INFO: nkey and JWT users sign it (not yet supported)."""
+        return False
 
     @property
     def tls_map(self) -> bool:

@@ -288,6 +288,7 @@ def _scheduler(args: argparse.Namespace) -> int:
         spark=lambda: spark_session(args.master, app_name="jetlake-scheduler"),
         layout=Layout(args.warehouse),
         intervals=intervals,
+        all_accounts=True,
         max_runs=args.max_runs,
         duration=args.duration,
         start_delay=start_delay,

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.store.layout import Layout
+from engine.store.layout import Layout, account_names
 
 log = logging.getLogger("jetlake.scheduler")
 
@@ -123,6 +123,7 @@ class Scheduler:
     max_runs: int | None = None
     duration: float | None = None
     start_delay: float = 0.0
+    all_accounts: bool = False  # every account of the warehouse, not only the layout's
     clock: Callable[[], float] = time.monotonic
     runs: int = 0
     failures: int = 0
@@ -178,9 +179,20 @@ class Scheduler:
         log.info("scheduler stopped: %d runs, %d failed", self.runs, self.failures)
         return self.failures
 
+    def _layouts(self) -> list[Layout]:
+        """The accounts a job runs on: with `all_accounts`, every account that has a tree in the warehouse."""
+        if not self.all_accounts:
+            return [self.layout]
+        names = account_names(self.layout.warehouse)
+        return [Layout(self.layout.warehouse, name) for name in names] or [self.layout]
+
     def _run_one(self, name: str) -> None:
+        for layout in self._layouts():
+            self._run_on(name, layout)
+
+    def _run_on(self, name: str, layout: Layout) -> None:
         try:
-            figures = run_job(self._spark(), self.layout, name, **dict(self.options.get(name, {})))
+            figures = run_job(self._spark(), layout, name, **dict(self.options.get(name, {})))
         except JobMissing as exc:
             log.warning("scheduler: %s; skipping it", exc)
             self._missing.add(name)
