@@ -178,6 +178,7 @@ class _State:
     bcrypt_token_users: list[User]
     user_dns: list[tuple[frozenset[frozenset[tuple[str, str]]], list[frozenset[tuple[str, str]]], str]]
     anonymous: Principal
+    required: bool
     cache: dict[tuple[object, ...], Principal | None] = field(default_factory=dict)
 
 
@@ -195,7 +196,7 @@ class Authenticator:
     @property
     def required(self) -> bool:
         """False: no authentication configured (the gateway then serves loopback only)."""
-        return self._state.config.auth_required
+        return self._state.required
 
     @property
     def nonce_required(self) -> bool:
@@ -232,6 +233,7 @@ class Authenticator:
             bcrypt_token_users=[u for u in config.users if u.token is not None and is_bcrypt(u.token)],
             user_dns=user_dns,
             anonymous=Principal(GLOBAL_ACCOUNT, None, None, system=open_server),
+            required=config.auth_required,
         )
 
     def authenticate(
@@ -251,7 +253,7 @@ class Authenticator:
         matched against a user's `allowed_connection_types` (the HTTP door passes "HTTP").
         """
         state = self._state
-        if not state.config.auth_required:
+        if not state.required:
             return state.anonymous
         if tls_identity is None and tls_subject is not None:
             tls_identity = CertIdentity.from_subject(tls_subject)

@@ -81,6 +81,8 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     for warning in config.warnings:
         log.warning("config: %s", warning)
+    if config.tls is not None and config.tls.min_version == "1.3":
+        log.warning("config: tls min_version 1.3 is not applied: the gateway accepts TLS 1.2 and 1.3")
     authenticator = Authenticator(config)
     refusal = _exposure_refusal(args.host, authenticator.required, tls is not None and tls.verify)
     if refusal:

@@ -60,7 +60,7 @@ class Stats:
     denied: int = 0
 
 
-@dataclass
+@dataclass(slots=True)
 class Access:
     """What the gate grants a request: its principal, the account it acts in, and whether its check is done."""
 
@@ -117,15 +117,17 @@ class Gate:
         for engine in self.accounts.engines():
             engine.notify = None
 
-    def check(self, access: Access, grants: list[tuple[str, ...]], values: dict[str, Any]) -> None:
+    def check(self, access: Access, grants: tuple[tuple[str, ...], ...], values: dict[str, Any]) -> None:
         """Raises 403 unless every grant has an applicable subject the principal may publish to."""
-        principal = access.principal
-        if principal.permissions is None:
+        permissions = access.principal.permissions
+        if permissions is None or not grants:
             return
-        for grant in grants:
-            for params in _expanded(values):
-                candidates = operations.subjects(access.route, params, grant)
-                if not any(principal.can_publish(s) for s in candidates):  # none applies: refused too
+        route = access.route
+        many = values.get(route.many) if route.many else None
+        for params in _each(values, route.many, many) if isinstance(many, (list, tuple)) else (values,):
+            for grant in grants:
+                candidates = operations.subjects(route, params, grant)
+                if not any(permissions.can_publish(s) for s in candidates):  # none applies: refused too
                     self.deny(access.account)
                     raise forbidden(candidates[0] if candidates else grant[0])
 
@@ -135,13 +137,9 @@ class Gate:
         self.stats.denied += 1
 
 
-def _expanded(values: dict[str, Any]) -> list[dict[str, Any]]:
-    """One params dict per value of a list param (a batch's subjects), else the params as they are."""
-    lists = [k for k, v in values.items() if isinstance(v, (list, tuple, set, frozenset))]
-    if not lists:
-        return [values]
-    key = lists[0]
-    return [{**values, key: item} for item in dict.fromkeys(values[key])]
+def _each(values: dict[str, Any], key: str, items: list[Any] | tuple[Any, ...]) -> list[dict[str, Any]]:
+    """One params dict per distinct value of the route's list param (a batch's subjects)."""
+    return [{**values, key: item} for item in dict.fromkeys(items)]
 
 
 class GateMiddleware:
@@ -155,7 +153,8 @@ class GateMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        found = scope[ROUTE] = operations.match(scope["method"], scope["path"])
+        method = "GET" if scope["method"] == "HEAD" else scope["method"]  # Starlette serves HEAD with the GET route
+        found = scope[ROUTE] = operations.match(method, scope["path"])
         if found is None or found[0].open:
             await self.app(scope, receive, send)
             return

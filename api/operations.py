@@ -59,6 +59,7 @@ class Route:
     open: bool = False  # no authentication (health)
     system: bool = False  # the system account's route; `{account}` names the account it acts on
     jetstream: bool = True  # needs the account's JetStream (10039 when off)
+    many: str | None = None  # a param the handler gives as a list: each value is checked (a batch's subjects)
     regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
     early: tuple[tuple[str, ...], ...] = field(init=False, repr=False, compare=False)  # checked by the gate
     late: tuple[tuple[str, ...], ...] = field(init=False, repr=False, compare=False)  # checked by the handler
@@ -121,7 +122,7 @@ ROUTES: tuple[Route, ...] = (
     Route("messages.delete", "DELETE", "/v1/streams/{stream}/messages/{seq}", (("$JS.API.STREAM.MSG.DELETE.{stream}",),)),
     # publish
     Route("publish.raw", "POST", "/v1/publish/{subject:path}", (("{subject}",),)),
-    Route("publish.batch", "POST", "/v1/publish", (("{subject}",),), frozenset({"subject"})),
+    Route("publish.batch", "POST", "/v1/publish", (("{subject}",),), frozenset({"subject"}), many="subject"),
     # consumers
     Route("consumers.create", "POST", "/v1/streams/{stream}/consumers", (_CONSUMER_CREATE,),
           frozenset({"consumer", "durable", "unnamed", "filter"})),
@@ -217,12 +218,10 @@ def subjects(route: Route, params: Mapping[str, Any], grant: tuple[str, ...]) ->
     values = params
     if route.derive is not None:
         values = {**params, **route.derive(dict(params))}
-    out = []
-    for template in grant:
-        subject = _fill(template, values)
-        if subject is not None:
-            out.append(subject)
-    return out
+    if len(grant) == 1:
+        subject = _fill(grant[0], values)
+        return [] if subject is None else [subject]
+    return [s for s in (_fill(t, values) for t in grant) if s is not None]
 
 
 Part = tuple[str, str, bool, str | None]  # literal text, then a param: name, whether dotted, conversion
@@ -242,8 +241,12 @@ def _parts(template: str) -> tuple[Part, ...]:
 
 def _fill(template: str, values: Mapping[str, Any]) -> str | None:
     """The template with its params; None if a param it needs (not a `{.x}` one) is None."""
+    parts = _parts(template)
+    if len(parts) == 2 and not parts[0][0] and not parts[1][0] and not parts[0][2] and parts[0][3] is None:
+        value = values.get(parts[0][1])  # a template that is one param (a publish's subject)
+        return None if value is None else str(value)
     out = []
-    for literal, name, dot, conversion in _parts(template):
+    for literal, name, dot, conversion in parts:
         out.append(literal)
         if not name:
             continue

@@ -15,9 +15,10 @@ What it measures (1 KiB payloads everywhere):
   The same against nats-server -js (file storage) with nats-py: (a) `await js.publish` one at a time,
   (b) pipelined `js.publish_async` from 4 clients in windows of 1,000.
   Both again with fsync per write (`jetlake serve --sync always`, nats `sync_interval: always`).
-  The gateway's (a) and (b) once more with authentication and permissions on (`--config`: a user
-  with a bcrypt token and publish allow and deny lists; every request carries `Authorization:
-  Bearer`), beside the run without: `auth_overhead` is the cost of the check, in percent.
+  The gateway's (a) and (b) once more on two gateways side by side, one open and one with
+  authentication and permissions on (`--config`: a user with a bcrypt token and publish allow and
+  deny lists; every request carries `Authorization: Bearer`), in alternating rounds:
+  `auth_overhead` is the cost of the check in percent, from the medians of the rounds.
   For the gateway also: Delta commits of the stream table per second during the load (against the
   flush interval) and the number of data files in the table afterwards.
 
@@ -46,6 +47,7 @@ import os
 import random
 import shutil
 import socket
+import statistics
 import struct
 import subprocess
 import sys
@@ -486,17 +488,15 @@ class Sizes:
 # ----------------------------------------------------------------------------------------------
 
 
-def bench_jetlake(args, sizes: Sizes, sync_always: bool, workdir: Path, auth: bool = False) -> dict:
-    """The gateway's phases; with `auth`, (a) and (b) only, with a token and permissions configured."""
-    global AUTH_HEADERS
-    out: dict = {"sync": "always" if sync_always else "default", "auth": auth}
+def bench_jetlake(args, sizes: Sizes, sync_always: bool, workdir: Path) -> dict:
+    out: dict = {"sync": "always" if sync_always else "default"}
     jetlake = Path(args.jetlake)
     if not jetlake.exists():
         out["error"] = f"{jetlake} not found (run scripts/setup.sh; is api/cli.py written yet?)"
         log(out["error"])
         return out
     help_text = serve_help(jetlake)
-    wh = workdir / ("wh-sync" if sync_always else "wh-auth" if auth else "wh")
+    wh = workdir / ("wh-sync" if sync_always else "wh")
     wh.mkdir(parents=True, exist_ok=True)
     extra: list[str] = []
     if "--flush-interval" in help_text:
@@ -513,24 +513,13 @@ def bench_jetlake(args, sizes: Sizes, sync_always: bool, workdir: Path, auth: bo
             log(out["error"])
             return out
         extra += ["--sync", "always"]
-    headers: dict[str, str] = {}
-    AUTH_HEADERS = ""
-    if auth:
-        import bcrypt
-
-        config = workdir / "auth.conf"
-        token_hash = bcrypt.hashpw(AUTH_TOKEN.encode(), bcrypt.gensalt(10, prefix=b"2a")).decode()
-        config.write_text(AUTH_CONFIG.format(token_hash=token_hash))
-        extra += ["--config", str(config)]
-        headers = {"Authorization": f"Bearer {AUTH_TOKEN}"}
-        AUTH_HEADERS = f"Authorization: Bearer {AUTH_TOKEN}\r\n"
-    log_path = workdir / ("gateway-sync.log" if sync_always else "gateway-auth.log" if auth else "gateway.log")
+    log_path = workdir / ("gateway-sync.log" if sync_always else "gateway.log")
     p = None
     try:
         # started in the warehouse's parent (workdir), ready once /healthz answers 200
         p, port, out["startup_s"] = start_gateway(jetlake, wh, log_path, extra, start_timeout=args.start_timeout)
 
-        st, body = http_call(port, "POST", "/v1/streams", {"name": STREAM, "subjects": ["bench.>"]}, headers=headers)
+        st, body = http_call(port, "POST", "/v1/streams", {"name": STREAM, "subjects": ["bench.>"]})
         if st not in (200, 201):
             raise RuntimeError(f"create stream answered {st}: {body}")
         table = wh / "default" / "streams" / STREAM
@@ -563,9 +552,6 @@ def bench_jetlake(args, sizes: Sizes, sync_always: bool, workdir: Path, auth: bo
         log(f"jetlake (b): {out['b_msgs_s']} msgs/s, acks ok {out['b_acks_ok']}/{m['n']}, errors {m['errors']}, "
             f"seqs unique {out['b_seqs_unique']}")
 
-        if auth:  # the comparison needs (a) and (b) only
-            return out
-
         # (c)
         per_proc = sizes.c_clients // sizes.c_procs
         log(f"jetlake (c): {sizes.c_clients} concurrent clients x {sizes.c_per_client} publishes")
@@ -592,7 +578,7 @@ def bench_jetlake(args, sizes: Sizes, sync_always: bool, workdir: Path, auth: bo
         deadline = time.monotonic() + settle + 10
         msgs = None
         while time.monotonic() < deadline:  # until the stream reports every acked message, bounded
-            st, info = http_call(port, "GET", f"/v1/streams/{STREAM}", headers=headers)
+            st, info = http_call(port, "GET", f"/v1/streams/{STREAM}")
             if st == 200 and isinstance(info, dict):
                 msgs = (info.get("state") or {}).get("messages")
                 if msgs is not None and msgs >= expected:
@@ -618,6 +604,67 @@ def bench_jetlake(args, sizes: Sizes, sync_always: bool, workdir: Path, auth: bo
         lt = tail(log_path, 15)
         if "error" in out and lt:
             out["gateway_log_tail"] = lt
+    return out
+
+
+def bench_auth(args, sizes: Sizes, workdir: Path, rounds: int) -> dict:
+    """(a) and (b) on two gateways at once, one open and one with a token and permissions configured,
+    in alternating rounds (the order flips every round), so that a machine whose load drifts weighs on
+    both alike. The overhead is taken from the medians of the rounds."""
+    global AUTH_HEADERS
+    import bcrypt
+
+    out: dict = {"rounds": rounds, "plain": {"a_msgs_s": [], "a_p50_ms": [], "b_msgs_s": []},
+                 "auth": {"a_msgs_s": [], "a_p50_ms": [], "b_msgs_s": []}, "errors": 0}
+    config = workdir / "auth.conf"
+    token_hash = bcrypt.hashpw(AUTH_TOKEN.encode(), bcrypt.gensalt(10, prefix=b"2a")).decode()
+    config.write_text(AUTH_CONFIG.format(token_hash=token_hash))
+    headers = {"plain": "", "auth": f"Authorization: Bearer {AUTH_TOKEN}\r\n"}
+    extra = ["--flush-interval", str(args.flush_interval)]
+    procs: dict[str, subprocess.Popen] = {}
+    ports: dict[str, int] = {}
+    try:
+        for mode in ("plain", "auth"):
+            wh = workdir / f"wh-{mode}"
+            wh.mkdir(parents=True, exist_ok=True)
+            mode_extra = extra + (["--config", str(config)] if mode == "auth" else [])
+            procs[mode], ports[mode], _ = start_gateway(Path(args.jetlake), wh, workdir / f"gateway-{mode}.log", mode_extra,
+                                                        start_timeout=args.start_timeout)
+            call_headers = {"Authorization": f"Bearer {AUTH_TOKEN}"} if mode == "auth" else None
+            st, body = http_call(ports[mode], "POST", "/v1/streams", {"name": STREAM, "subjects": ["bench.>"]}, headers=call_headers)
+            if st not in (200, 201):
+                raise RuntimeError(f"create stream ({mode}) answered {st}: {body}")
+        a_n = max(sizes.a_n // rounds, 100)
+        per_client = max(sizes.b_total // sizes.b_clients // sizes.b_batch // rounds, 1)
+        for r in range(rounds):
+            for mode in (("plain", "auth") if r % 2 == 0 else ("auth", "plain")):
+                AUTH_HEADERS = headers[mode]  # read by the workers forked below
+                m = merge(run_workers(http_single_worker, [(ports[mode], "bench.0", a_n, sizes.a_warm, sizes.cap_a)],
+                                      ready_timeout=120, run_timeout=sizes.cap_a + 120, server_pid=procs[mode].pid))
+                out[mode]["a_msgs_s"].append(rate(m["n"], m["t0"], m["t1"]))
+                out[mode]["a_p50_ms"].append(pct_ms(m["lat"], 0.50))
+                out["errors"] += m["errors"]
+                m = merge(run_workers(
+                    http_batch_worker,
+                    [(ports[mode], f"bench.{i % N_SUBJECTS}", per_client, sizes.b_batch, sizes.b_warm, sizes.cap_b,
+                      A_DISTINCT + i * B_BODIES * sizes.b_batch) for i in range(sizes.b_clients)],
+                    ready_timeout=120, run_timeout=sizes.cap_b + 180, server_pid=procs[mode].pid))
+                out[mode]["b_msgs_s"].append(rate(m["n"], m["t0"], m["t1"]))
+                out["errors"] += m["errors"]
+            log(f"auth round {r + 1}/{rounds}: (a) {out['plain']['a_msgs_s'][-1]} vs {out['auth']['a_msgs_s'][-1]} msgs/s, "
+                f"(b) {out['plain']['b_msgs_s'][-1]} vs {out['auth']['b_msgs_s'][-1]} msgs/s (open vs checked)")
+        med = {mode: {k: statistics.median(v) for k, v in out[mode].items()} for mode in ("plain", "auth")}
+        out["median"] = med
+        out["a_msgs_s_pct"] = _overhead(med["plain"]["a_msgs_s"], med["auth"]["a_msgs_s"])
+        out["a_p50_pct"] = _overhead(med["auth"]["a_p50_ms"], med["plain"]["a_p50_ms"], of=med["plain"]["a_p50_ms"])
+        out["b_msgs_s_pct"] = _overhead(med["plain"]["b_msgs_s"], med["auth"]["b_msgs_s"])
+    except Exception as e:  # noqa: BLE001
+        out["error"] = f"{type(e).__name__}: {e}"
+        log(f"auth comparison failed: {out['error']}")
+    finally:
+        AUTH_HEADERS = ""
+        for mode, proc in procs.items():
+            stop_process(proc, f"gateway ({mode})")
     return out
 
 
@@ -707,7 +754,8 @@ def main() -> int:
     ap.add_argument("--skip-jetlake", action="store_true")
     ap.add_argument("--skip-nats", action="store_true")
     ap.add_argument("--skip-sync-always", action="store_true")
-    ap.add_argument("--skip-auth", action="store_true", help="skip the gateway's run with authentication and permissions")
+    ap.add_argument("--skip-auth", action="store_true", help="skip the gateway's runs with authentication and permissions")
+    ap.add_argument("--auth-rounds", type=int, default=5, help="alternating rounds of the open and the checked gateway")
     ap.add_argument("--keep", action="store_true", help="keep the temporary warehouses and logs")
     args = ap.parse_args()
 
@@ -731,7 +779,7 @@ def main() -> int:
         if not args.skip_jetlake:
             result["jetlake"] = bench_jetlake(args, sizes, False, workdir)
             if not args.skip_auth:
-                result["jetlake_auth"] = bench_jetlake(args, sizes, False, workdir, auth=True)
+                result["auth"] = bench_auth(args, sizes, workdir, 2 if args.quick else args.auth_rounds)
         if not args.skip_nats:
             result["nats"] = bench_nats(args, sizes, False, workdir)
         if not args.skip_sync_always:
@@ -747,11 +795,9 @@ def main() -> int:
 
     jl, nt = result.get("jetlake", {}), result.get("nats", {})
     jls, nts = result.get("jetlake_sync_always", {}), result.get("nats_sync_always", {})
-    ja = result.get("jetlake_auth", {})
-    result["auth_overhead"] = {  # percent of throughput lost (latency added) with authentication and permissions on
-        "a_msgs_s_pct": _overhead(jl.get("a_msgs_s"), ja.get("a_msgs_s")),
-        "a_p50_pct": -_overhead(jl.get("a_p50_ms"), ja.get("a_p50_ms")) if jl.get("a_p50_ms") and ja.get("a_p50_ms") else None,
-        "b_msgs_s_pct": _overhead(jl.get("b_msgs_s"), ja.get("b_msgs_s")),
+    au = result.get("auth", {})
+    result["auth_overhead"] = {  # percent of throughput lost (of latency added) with authentication and permissions on
+        "a_msgs_s_pct": au.get("a_msgs_s_pct"), "a_p50_pct": au.get("a_p50_pct"), "b_msgs_s_pct": au.get("b_msgs_s_pct"),
     }
     result["ratios"] = {
         "a_msgs_s": ratio(jl.get("a_msgs_s"), nt.get("a_msgs_s")),
@@ -776,7 +822,7 @@ def main() -> int:
     }
     result["duration_s"] = round(time.monotonic() - t0, 1)
     result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-    failed = [k for k in ("jetlake", "jetlake_auth", "nats", "jetlake_sync_always", "nats_sync_always")
+    failed = [k for k in ("jetlake", "auth", "nats", "jetlake_sync_always", "nats_sync_always")
               if isinstance(result.get(k), dict) and "error" in result[k]]
     if failed:
         result["failed"] = failed
@@ -786,11 +832,12 @@ def main() -> int:
     return 1 if failed else 0
 
 
-def _overhead(base: float | None, other: float | None) -> float | None:
-    """How much lower `other` is than `base`, in percent of `base` (negative: higher)."""
-    if base is None or other is None or not base:
+def _overhead(base: float | None, other: float | None, of: float | None = None) -> float | None:
+    """How much lower `other` is than `base`, in percent of `of` (default `base`; negative: higher)."""
+    of = base if of is None else of
+    if base is None or other is None or not of:
         return None
-    return round(100.0 * (base - other) / base, 1)
+    return round(100.0 * (base - other) / of, 1)
 
 
 if __name__ == "__main__":
