@@ -153,8 +153,7 @@ class GateMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        method = "GET" if scope["method"] == "HEAD" else scope["method"]  # Starlette serves HEAD with the GET route
-        found = scope[ROUTE] = operations.match(method, scope["path"])
+        found = scope[ROUTE] = operations.match(scope["method"], scope["path"])
         if found is None or found[0].open:
             await self.app(scope, receive, send)
             return
