@@ -20,4 +20,5 @@ RUN bash scripts/setup.sh --s3-spark
 
 ENV SPARK_HOME=/app/.venv/lib/python3.11/site-packages/pyspark
 EXPOSE 4280
-CMD [".venv/bin/jetlake", "serve", "--warehouse", "/warehouse", "--host", "0.0.0.0", "--port", "4280"]
+# Off loopback the gateway needs authentication: set JETLAKE_TOKEN, or mount a config and pass --config.
+CMD [".venv/bin/jetlake", "serve", "--warehouse", "/warehouse", "--host", "0.0.0.0", "--port", "4280", "--config", "examples/container.conf"]

@@ -188,6 +188,7 @@ class Authenticator:
     def __init__(self, config: ServerConfig | None = None) -> None:
         self._lock = threading.Lock()
         self._state = self._build(config or ServerConfig.open())
+        self.generation = 0  # counts reloads: what callers remember of an earlier config is stale
 
     @property
     def config(self) -> ServerConfig:
@@ -210,6 +211,7 @@ class Authenticator:
 
     def reload(self, config: ServerConfig) -> None:
         self._state = self._build(config)
+        self.generation += 1
 
     def _build(self, config: ServerConfig) -> _State:
         system = config.system_account

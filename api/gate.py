@@ -32,6 +32,8 @@ from engine.accounts.registry import Account, Accounts
 from engine.errors import ErrorCode, JetStreamError
 
 log = logging.getLogger(__name__)
+CACHE_LIMIT = 10_000
+_MISSING = object()
 ACCESS = "jetlake.access"
 ROUTE = "jetlake.route"  # (route, path parameters) as matched, for api/fast_paths.py
 TLS_IDENTITY = "jetlake.tls_identity"  # set in the scope's TLS extension by api/tls.py
@@ -81,6 +83,40 @@ class Gate:
     stats: Stats = field(default_factory=Stats)
     waiters: dict[str, Waiters] = field(default_factory=dict)
     loop: asyncio.AbstractEventLoop | None = None
+    # Per config (cleared when the authenticator reloads): principals by Authorization header and
+    # client identity, and route decisions by permissions, route and the values the route's subjects read.
+    _principals: dict[tuple[Any, ...], Principal | None] = field(default_factory=dict)
+    _decisions: dict[tuple[Any, ...], str | None] = field(default_factory=dict)
+    _generation: int = -1
+
+    def principal(self, scope: Scope) -> Principal:
+        """Who the request is (`AuthError` if nobody): remembered per Authorization header, so a client
+        that keeps sending the same credentials costs one dict lookup."""
+        authenticator = self.authenticator
+        if not authenticator.required:  # credentials are ignored, as nats-server ignores them
+            return authenticator.authenticate()
+        if authenticator.generation != self._generation:
+            self._principals.clear()
+            self._decisions.clear()
+            self._generation = authenticator.generation
+        header, count = None, 0
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                header, count = value, count + 1
+        extensions = scope.get("extensions")
+        key = (header, (extensions.get("tls") or {}).get(TLS_IDENTITY) if extensions else None)
+        found = self._principals.get(key, _MISSING) if count <= 1 else None
+        if found is _MISSING:
+            try:
+                found = authenticator.authenticate(**credentials(scope), connection_type="HTTP")
+            except AuthError:
+                found = None
+            if len(self._principals) >= CACHE_LIMIT:
+                self._principals.clear()
+            self._principals[key] = found
+        if found is None:
+            raise AuthError()
+        return found  # type: ignore[return-value]
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """Binds every account's waiters to the loop and their engine's notifications to them."""
@@ -123,13 +159,35 @@ class Gate:
         if permissions is None or not grants:
             return
         route = access.route
+        if grants is route.early:  # decided by the path and query alone: remembered
+            key = (id(permissions), route.name, *[values.get(n) for n in route.early_params])
+            denied = self._decisions.get(key, _MISSING)
+            if denied is _MISSING:
+                denied = self._denied(access, grants, values)
+                if len(self._decisions) >= CACHE_LIMIT:
+                    self._decisions.clear()
+                self._decisions[key] = denied
+            if denied is not None:
+                self.deny(access.account)
+                raise forbidden(denied)  # type: ignore[arg-type]
+            return
+        denied = self._denied(access, grants, values)
+        if denied is not None:
+            self.deny(access.account)
+            raise forbidden(denied)
+
+    def _denied(self, access: Access, grants: tuple[tuple[str, ...], ...], values: dict[str, Any]) -> str | None:
+        """The subject a refusal names, or None when every grant is met."""
+        permissions = access.principal.permissions
+        assert permissions is not None
+        route = access.route
         many = values.get(route.many) if route.many else None
         for params in _each(values, route.many, many) if isinstance(many, (list, tuple)) else (values,):
             for grant in grants:
                 candidates = operations.subjects(route, params, grant)
                 if not any(permissions.can_publish(s) for s in candidates):  # none applies: refused too
-                    self.deny(access.account)
-                    raise forbidden(candidates[0] if candidates else grant[0])
+                    return candidates[0] if candidates else grant[0]
+        return None
 
     def deny(self, account: Account) -> None:
         """Counts a permission refusal (its error is counted where it is answered)."""
@@ -169,11 +227,7 @@ class GateMiddleware:
     def _admit(self, scope: Scope, route: operations.Route, path_params: dict[str, str]) -> Access:
         gate = self.gate
         try:
-            authenticator = gate.authenticator
-            if authenticator.required:
-                principal = authenticator.authenticate(**credentials(scope), connection_type="HTTP")
-            else:  # no authentication configured: credentials are ignored, as nats-server ignores them
-                principal = authenticator.authenticate()
+            principal = gate.principal(scope)
             own = gate.accounts.get(principal.account)
             if own is None:  # its account left the config in a reload that raced this request
                 raise AuthError()

@@ -63,12 +63,18 @@ class Route:
     regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
     early: tuple[tuple[str, ...], ...] = field(init=False, repr=False, compare=False)  # checked by the gate
     late: tuple[tuple[str, ...], ...] = field(init=False, repr=False, compare=False)  # checked by the handler
+    early_params: tuple[str, ...] = field(init=False, repr=False, compare=False)  # what the early grants read
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "regex", compile_path(self.path)[0])
+        regex, _, convertors = compile_path(self.path)
+        object.__setattr__(self, "regex", regex)
         late = tuple(g for g in self.grants if _reads(g) & self.needs)
         object.__setattr__(self, "late", late)
         object.__setattr__(self, "early", tuple(g for g in self.grants if g not in late))
+        reads = set().union(*(_reads(g) for g in self.early))
+        if self.derive is not None:  # a derived value may read any path or query parameter
+            reads |= set(convertors) | set(self.defaults)
+        object.__setattr__(self, "early_params", tuple(sorted(reads)))
 
     @property
     def deferred(self) -> bool:

@@ -216,7 +216,7 @@ class _Processor:
             elif key in ("pass", "password"):
                 password = self.r.string(value, key)
             elif key == "token":
-                self.token = self.r.string(value, key)
+                self.token = self._token(value)
             elif key == "users":
                 users = self._users(value, GLOBAL_ACCOUNT)
             elif key in ("default_permission", "default_permissions", "permissions"):
@@ -254,7 +254,7 @@ class _Processor:
             elif key in ("pass", "password"):
                 password = self.r.string(value, key)
             elif key == "token":
-                secret = self.r.string(value, key)
+                secret = self._token(value)
             elif key == "nkey":
                 nkey = self.r.string(value, key)
             elif key in ("permission", "permissions", "authorization"):
@@ -275,6 +275,13 @@ class _Processor:
             self.r.error(token, "User entry requires a user")
             return None
         return User(name, account, password, secret, None, permissions, types)
+
+    def _token(self, token: Token) -> str | None:
+        """A bearer token; an empty one (an unset variable's) would let nobody in, silently: refused."""
+        secret = self.r.string(token, "token")
+        if secret is not None and not secret.strip():
+            self.r.error(token, "'token' is empty")
+        return secret
 
     def _connection_types(self, token: Token, key: str) -> frozenset[str]:
         names = set()

@@ -348,3 +348,14 @@ def test_the_api_document_names_the_permission_of_every_route() -> None:
     permissions = text[text.index("## Authentication, accounts and permissions"):]
     for route in ROUTES:
         assert f"`{route.method} {route.path.replace(':path', '')}" in permissions, route.name
+
+
+def test_remembered_decisions_are_per_subject_and_user(c: httpx.Client, names: dict[str, str]) -> None:
+    for _ in range(2):  # the second round answers from what the gate remembered
+        putter, getter = basic("kv.put-exact", "p"), basic("kv.get-exact", "p")
+        assert c.put("/v1/kv/cfg/entries/app.timeout", content=b"1m", headers=putter).status_code == 200
+        assert c.put("/v1/kv/cfg/entries/other", content=b"x", headers=putter).status_code == 403
+        assert c.get("/v1/kv/cfg/entries/app.timeout", headers=getter).status_code == 200
+        assert c.get("/v1/kv/cfg/entries/app.other", headers=getter).status_code == 403
+        assert c.get("/v1/kv/cfg/entries/app.timeout?revision=1", headers=getter).status_code == 403  # DIRECT.GET.KV_cfg alone
+        assert c.put("/v1/kv/cfg/entries/app.timeout", content=b"1m", headers=getter).status_code == 403

@@ -98,6 +98,7 @@ def test_allow_responses_turns_the_blanket_publish_allow_off() -> None:
         ("accounts { A { users: [ {user: a, permissions: { publish: { allowed: x } } } ] } }", r"only 'allow' or 'deny'"),
         ("authorization { users: [ {user: a, token: 12345} ] }", r"'token' must be a string, got an integer"),
         ("authorization { user: a, password: b, token: c }", r"single user/pass and a token"),
+        ("authorization { token: '' }", r"'token' is empty"),
         ("authorization { token: c }\naccounts { A { users: [ {user: a} ] } }", r"token and accounts"),
         ("accounts { A { users: [ {user: a} ] }, B { users: [ {user: a} ] } }", r"Duplicate user 'a'"),
         ("accounts { A { users: [ {password: a} ] } }", r"User entry requires a user"),
