@@ -10,7 +10,8 @@ processing knows, with its aliases and rules, into a `ServerConfig`:
   has JetStream (unlimited) when no other account is configured, as in nats-server;
 - `no_auth_user`, `system_account` (`system`), `tls {...}`, `jetstream {...}` (the server block:
   `store_dir` is the warehouse; `key`, `prev_key` and `cipher` are kept for encryption at rest);
-- a user entry's `token` (JetLake's extension: a bearer token for HTTP clients).
+- a user entry's `token` (JetLake's extension: a bearer token for HTTP clients); user entries and
+  permission blocks are read by engine/accounts/users.py.
 
 Keys are case-insensitive; an unknown key is an error naming `file:line:col`; a key of nats-server's
 that JetLake has no use for (`port`, `cluster`, account `limits`, `exports`, …) is accepted with a
@@ -26,14 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.accounts.limits import UNLIMITED_LIMITS, AccountLimits
-from engine.accounts.permissions import Permissions, ResponsePermission, SubjectPermission, SubjectRule
+from engine.accounts.permissions import Permissions
 from engine.accounts.syntax import ConfigError, Token, parse_file, parse_text
+from engine.accounts.users import User, UserReader, is_bcrypt
 from engine.accounts.values import Reader
 
 GLOBAL_ACCOUNT = "default"  # nats-server's `$G`, the account of users outside `accounts`
 SYSTEM_ACCOUNT = "$SYS"
-CONNECTION_TYPES = frozenset({"STANDARD", "WEBSOCKET", "LEAFNODE", "LEAFNODE_WS", "MQTT", "MQTT_WS", "IN_PROCESS", "HTTP"})
-_BCRYPT = re.compile(r"^\$2[abxy]\$\d{2}\$")
 _ACCOUNT_NAME = re.compile(r"^[^/\\\x00-\x1f\x7f]{1,200}$")
 
 # nats-server settings with no meaning for JetLake: accepted, with a warning.
@@ -59,27 +59,6 @@ _IGNORED_TLS = frozenset(
     "timeout connection_rate_limit pinned_certs cert_store cert_match_by cert_match ca_certs_match "
     "handshake_first first immediate cert_match_skip_invalid ocsp_peer certs certificates".split()
 )
-
-
-def is_bcrypt(secret: str) -> bool:
-    """A stored secret nats-server checks with bcrypt rather than comparing."""
-    return bool(_BCRYPT.match(secret))
-
-
-@dataclass(frozen=True)
-class User:
-    """A user entry. Secrets are kept as written (plain or bcrypt) and never printed."""
-
-    name: str
-    account: str
-    password: str | None = field(default=None, repr=False)
-    token: str | None = field(default=None, repr=False)
-    nkey: str | None = None
-    permissions: Permissions | None = None
-    connection_types: frozenset[str] = frozenset()
-
-    def allows(self, connection_type: str) -> bool:
-        return not self.connection_types or connection_type in self.connection_types
 
 
 @dataclass(frozen=True)
@@ -160,6 +139,7 @@ class _Processor:
         self.root = root
         self.r = Reader()
         self.r.warnings += warnings
+        self.user_reader = UserReader(self.r)
         self.accounts: dict[str, AccountConfig] = {}
         self.users: list[tuple[User, Token]] = []
         self.auth_user: User | None = None
@@ -216,11 +196,11 @@ class _Processor:
             elif key in ("pass", "password"):
                 password = self.r.string(value, key)
             elif key == "token":
-                self.token = self._token(value)
+                self.token = self.user_reader.token(value)
             elif key == "users":
-                users = self._users(value, GLOBAL_ACCOUNT)
+                users = self.user_reader.users(value, GLOBAL_ACCOUNT)
             elif key in ("default_permission", "default_permissions", "permissions"):
-                self.global_default = self._permissions(value)
+                self.global_default = self.user_reader.permissions(value)
             elif key in ("timeout", "proxy_required"):
                 self.r.ignored(value, key)
             elif key in ("auth_callout", "auth_hook"):
@@ -235,127 +215,6 @@ class _Processor:
             self.auth_user = User(single_user, GLOBAL_ACCOUNT, password)
             self.auth_where = token
         self.users += users
-
-    def _users(self, token: Token, account: str) -> list[tuple[User, Token]]:
-        found = []
-        for entry in self.r.items(token, "users"):
-            user = self._user(entry, account)
-            if user is not None:
-                found.append((user, entry))
-        return found
-
-    def _user(self, token: Token, account: str) -> User | None:
-        name = password = secret = nkey = None
-        permissions: Permissions | None = None
-        types: frozenset[str] = frozenset()
-        for key, value in self.r.entries(token, "a user entry"):
-            if key in ("user", "username"):
-                name = self.r.string(value, key)
-            elif key in ("pass", "password"):
-                password = self.r.string(value, key)
-            elif key == "token":
-                secret = self._token(value)
-            elif key == "nkey":
-                nkey = self.r.string(value, key)
-            elif key in ("permission", "permissions", "authorization"):
-                permissions = self._permissions(value)
-            elif key in ("allowed_connection_types", "connection_types", "clients"):
-                types = self._connection_types(value, key)
-            elif key == "proxy_required":
-                self.r.ignored(value, key)
-            else:
-                self.r.unknown(value, key, "parsing a user entry")
-        if nkey is not None:
-            if name is not None or password is not None:
-                self.r.error(token, "Nkey users do not take usernames or passwords")
-            elif not (nkey.startswith("U") and len(nkey) == 56):
-                self.r.error(token, "Not a valid public nkey for a user")
-            return User(nkey, account, token=secret, nkey=nkey, permissions=permissions, connection_types=types)
-        if not name:
-            self.r.error(token, "User entry requires a user")
-            return None
-        return User(name, account, password, secret, None, permissions, types)
-
-    def _token(self, token: Token) -> str | None:
-        """A bearer token; an empty one (an unset variable's) would let nobody in, silently: refused."""
-        secret = self.r.string(token, "token")
-        if secret is not None and not secret.strip():
-            self.r.error(token, "'token' is empty")
-        return secret
-
-    def _connection_types(self, token: Token, key: str) -> frozenset[str]:
-        names = set()
-        for item in self.r.items(token, key):
-            name = self.r.string(item, key)
-            if name is None:
-                continue
-            if name.upper() not in CONNECTION_TYPES:
-                self.r.error(item, f"unknown connection type {name!r}")
-            names.add(name.upper())
-        return frozenset(names)
-
-    # -- permissions ----------------------------------------------------------------------------
-
-    def _permissions(self, token: Token) -> Permissions | None:
-        publish = subscribe = None
-        response: ResponsePermission | None = None
-        for key, value in self.r.entries(token, "permissions"):
-            if key in ("pub", "publish", "import"):
-                publish = self._subject_permission(value, allow_queue=False)
-            elif key in ("sub", "subscribe", "export"):
-                subscribe = self._subject_permission(value, allow_queue=True)
-            elif key in ("publish_allow_responses", "allow_responses"):
-                response = self._responses(value)
-            else:
-                self.r.unknown(value, key, "parsing permissions")
-        return Permissions(publish, subscribe, response)
-
-    def _subject_permission(self, token: Token, allow_queue: bool) -> SubjectPermission | None:
-        if not isinstance(token.value, dict):
-            return SubjectPermission(allow=self._subjects(token, allow_queue))
-        if not token.value:
-            return None
-        allow = deny = None
-        for key, value in self.r.entries(token, "subject permissions"):
-            if key == "allow":
-                allow = self._subjects(value, allow_queue)
-            elif key == "deny":
-                deny = self._subjects(value, allow_queue)
-            else:
-                self.r.error(value, f"Unknown field name {key!r} parsing subject permissions, only 'allow' or 'deny' are permitted")
-        return SubjectPermission(allow, deny)
-
-    def _subjects(self, token: Token, allow_queue: bool) -> tuple[SubjectRule, ...] | None:
-        """A subject or a list of them; an empty list is no list at all (nats-server's nil)."""
-        items = [token] if isinstance(token.value, str) else self.r.items(token, "subject permissions")
-        rules = []
-        for item in items:
-            text = item.value
-            if not isinstance(text, str):
-                self.r.error(item, "Subject in permissions array cannot be cast to string")
-                continue
-            try:
-                rules.append(SubjectRule.parse(text, allow_queue))
-            except ValueError as exc:
-                self.r.error(item, str(exc))
-        return tuple(rules) or None
-
-    def _responses(self, token: Token) -> ResponsePermission | None:
-        if isinstance(token.value, bool):
-            return ResponsePermission() if token.value else None
-        max_msgs, expires = ResponsePermission.max_msgs, ResponsePermission.expires
-        for key, value in self.r.entries(token, "allow_responses"):
-            if key in ("max", "max_msgs", "max_messages", "max_responses"):
-                number = self.r.integer(value, key)
-                if number:
-                    max_msgs = number
-            elif key in ("expires", "expiration", "ttl"):
-                seconds = self.r.duration(value, "expires")
-                if seconds:
-                    expires = seconds
-            else:
-                self.r.unknown(value, key, "parsing permissions")
-        return ResponsePermission(max_msgs, expires)
 
     # -- accounts {} ----------------------------------------------------------------------------
 
@@ -393,9 +252,9 @@ class _Processor:
         users: list[tuple[User, Token]] = []
         for key, value in self.r.entries(token, f"account {name}"):
             if key == "users":
-                users = self._users(value, name)
+                users = self.user_reader.users(value, name)
             elif key == "default_permissions":
-                defaults = self._permissions(value)
+                defaults = self.user_reader.permissions(value)
             elif key == "jetstream":
                 limits = self._account_jetstream(value)
             elif key in _IGNORED_ACCOUNT:
@@ -577,4 +436,4 @@ class _Processor:
         return name
 
 
-__all__ = ["AccountConfig", "ConfigError", "JetStreamConfig", "ServerConfig", "TlsConfig", "User", "load", "loads"]
+__all__ = ["AccountConfig", "ConfigError", "JetStreamConfig", "ServerConfig", "TlsConfig", "User", "is_bcrypt", "load", "loads"]
