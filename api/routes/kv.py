@@ -1,4 +1,4 @@
-"""Key/value buckets over HTTP: nats.go's KeyValue API as routes (see ../shared/API.md)."""
+"""Key/value buckets over HTTP: nats.go's KeyValue API as routes (see docs/api.md)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ unlimited. What is checked, and when:
 | consumer create/update | `max_ack_pending` above the account's (> 0); unset becomes min(1000, the stream's, the account's) | 10121 |
 
 nats-server answers 10028 and 10047 with status 500; JetLake answers 400, as it does for every
-client mistake (../API.md). Counterpart: server/jetstream.go (`checkLimits`, `checkBytesLimits`,
+client mistake (docs/api.md). Counterpart: server/jetstream.go (`checkLimits`, `checkBytesLimits`,
 `wouldExceedLimits`), server/jetstream_api.go (`jsNonClusteredStreamLimitsCheck`,
 `tieredReservation`), server/stream.go (`checkStreamCfg`, the update's reservation) and
 server/consumer.go (`setConsumerConfigDefaults`, `checkConsumerCfg`).
