@@ -160,7 +160,7 @@ class Gate:
             return
         route = access.route
         if grants is route.early:  # decided by the path and query alone: remembered
-            key = (id(permissions), route.name, *[values.get(n) for n in route.early_params])
+            key = (id(permissions), route.name, tuple(map(values.get, route.early_params)))
             denied = self._decisions.get(key, _MISSING)
             if denied is _MISSING:
                 denied = self._denied(access, grants, values)
