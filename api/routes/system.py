@@ -137,10 +137,13 @@ def metrics(request: Request) -> Response:
         "# TYPE jetlake_stream_failed gauge",
     ]
     now = time.monotonic()
+    # A gateway with a config labels each stream with its account; without one (a single account) as before.
+    with_account = deps.gate(request).authenticator.config.configured
     for engine in engines:
         failing = engine.flusher.failing()
+        account = f'account="{_escape(engine.layout.account)}",' if with_account else ""
         for stream in engine.streams():
-            label = f'account="{_escape(engine.layout.account)}",stream="{_escape(stream.name)}"'
+            label = f'{account}stream="{_escape(stream.name)}"'
             health = failing.get(stream.name)
             lines += [
                 f"jetlake_stream_messages{{{label}}} {stream.index.msgs}",
