@@ -299,8 +299,8 @@ def _check_not_implemented(c: StreamConfig) -> None:
         raise _refuse("no_ack (every HTTP publish is answered)")
     if c.mirror_direct:
         raise _refuse("mirror_direct")
-    if c.allow_msg_ttl or c.subject_delete_marker_ttl:
-        raise _refuse("allow_msg_ttl and subject_delete_marker_ttl (per-message TTLs)")
+    if c.subject_delete_marker_ttl:
+        raise _refuse("subject_delete_marker_ttl (limit markers)")
     for field in ("allow_msg_counter", "allow_atomic", "allow_msg_schedules", "allow_batched"):
         if getattr(c, field):
             raise _refuse(field)

@@ -2,8 +2,9 @@
 
 `check_consumer_config` mirrors nats-server's `setConsumerConfigDefaults` and `checkConsumerCfg`, plus the
 naming and work-queue rules of `addConsumerWithAssignment`: it fills the defaults the server fills and
-refuses what the server refuses, with its err_codes. JetLake consumers are all pull consumers (push
-delivery is the SSE route), so a `deliver_subject` is refused outright. `check_consumer_update` holds
+refuses what the server refuses, with its err_codes. A consumer with a `deliver_subject` is a push
+consumer: the engine keeps its state like any other, and the front door that owns the delivery
+subject (the NATS door) pushes what `fetch` returns. `check_consumer_update` holds
 JetStream's rules on what an update may change (`checkNewConsumerConfig`). Counterpart: server/consumer.go.
 """
 
@@ -26,7 +27,7 @@ from engine.config import (
     StreamConfig,
     parse_model,
 )
-from engine.subjects import is_subset_match, is_valid_subject, subjects_collide
+from engine.subjects import is_literal, is_subset_match, is_valid_subject, subjects_collide
 
 DEFAULT_ACK_WAIT = 30 * NS_PER_S
 DEFAULT_MAX_WAITING = 512
@@ -97,6 +98,13 @@ class ConsumerErrorCode(IntEnum):
     PRIORITY_GROUP_WITH_POLICY_NONE = 10196, "consumer can not have priority groups when policy is none"
     PINNED_TTL_WITHOUT_PRIORITY_POLICY = 10197, "PinnedTTL cannot be set when PriorityPolicy is none"
     ACK_FLOW_CONTROL_REQUIRES_PUSH = 10218, "flow control ack policy requires a push based consumer"
+    DELIVER_TO_WILDCARDS = 10079, "consumer deliver subject has wildcards"
+    PUSH_MAX_WAITING = 10080, "consumer in push mode can not set max waiting"
+    DELIVER_CYCLE = 10081, "consumer deliver subject forms a cycle"
+    MAX_PENDING_ACK_POLICY_REQUIRED = 10082, "consumer requires ack policy for max ack pending"
+    SMALL_HEARTBEAT = 10083, "consumer idle heartbeat needs to be >= 100ms"
+    FLOW_CONTROL_NEEDS_HEARTBEATS = 10108, "consumer with flow control also needs heartbeats"
+    INVALID_DELIVER_SUBJECT = 10112, "invalid push consumer deliver subject"
 
 
 def rfc3339_ns(value: str) -> int:
@@ -198,8 +206,6 @@ def check_consumer_config(
         existing_consumers: the stream's consumers; one of the same name (an update) is skipped.
         pedantic: refuse values nats-server would otherwise correct.
     """
-    if config.deliver_subject:
-        raise errors.invalid_config("push consumers are not supported; use the SSE route")
     c = config.model_copy(deep=True)
     c.metadata = {k: v for k, v in (c.metadata or {}).items() if not k.startswith("_nats.")} or None
     _check_names(c)
@@ -208,7 +214,10 @@ def check_consumer_config(
     _check_acks(c)
     if c.description is not None and _size(c.description) > MAX_DESCRIPTION_LEN:
         raise ConsumerErrorCode.DESCRIPTION_TOO_LONG.error(max=MAX_DESCRIPTION_LEN)
-    _check_pull(c, stream_config)
+    if c.deliver_subject:
+        _check_push(c, stream_config)
+    else:
+        _check_pull(c, stream_config)
     _check_stream_limits(c, stream_config)
     if c.direct:
         raise ConsumerErrorCode.DIRECT_REQUIRES_PUSH.error()
@@ -264,7 +273,7 @@ def _set_defaults(c: ConsumerConfig, stream: StreamConfig, pedantic: bool) -> No
             if pedantic:
                 raise errors.pedantic(f"{field} must " + ("be set to -1" if floor < 0 else "not be negative"))
             setattr(c, field, floor)
-    if c.max_waiting == 0:
+    if c.max_waiting == 0 and not c.deliver_subject:
         c.max_waiting = DEFAULT_MAX_WAITING
     if c.ack_wait == 0 and c.ack_policy in ("explicit", "all"):
         c.ack_wait = DEFAULT_ACK_WAIT
@@ -320,6 +329,25 @@ def _check_pull(c: ConsumerConfig, stream: StreamConfig) -> None:
         raise ConsumerErrorCode.FLOW_CONTROL_REQUIRES_PUSH.error()
     if 0 < c.max_expires < NS_PER_MS:
         raise ConsumerErrorCode.MAX_REQUEST_EXPIRES_TOO_SMALL.error()
+
+
+def _check_push(c: ConsumerConfig, stream: StreamConfig) -> None:
+    """nats-server's checks of a push consumer (its deliver subject is where a front door pushes)."""
+    subject = c.deliver_subject or ""
+    if not is_literal(subject):
+        raise ConsumerErrorCode.DELIVER_TO_WILDCARDS.error()
+    if not is_valid_subject(subject):
+        raise ConsumerErrorCode.INVALID_DELIVER_SUBJECT.error()
+    if any(is_subset_match(subject, s) for s in stream.subjects or [stream.name]):
+        raise ConsumerErrorCode.DELIVER_CYCLE.error()
+    if c.max_waiting != 0:
+        raise ConsumerErrorCode.PUSH_MAX_WAITING.error()
+    if c.max_ack_pending > 0 and c.ack_policy == "none":
+        raise ConsumerErrorCode.MAX_PENDING_ACK_POLICY_REQUIRED.error()
+    if 0 < c.idle_heartbeat < 100 * NS_PER_MS:
+        raise ConsumerErrorCode.SMALL_HEARTBEAT.error()
+    if c.flow_control and c.idle_heartbeat <= 0:
+        raise ConsumerErrorCode.FLOW_CONTROL_NEEDS_HEARTBEATS.error()
 
 
 def _check_stream_limits(c: ConsumerConfig, stream: StreamConfig) -> None:

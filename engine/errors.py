@@ -202,3 +202,7 @@ def ttl_invalid() -> JetStreamError:
 
 def ttl_disabled() -> JetStreamError:
     return JetStreamError(400, ErrorCode.MESSAGE_TTL_DISABLED, "per-message TTL is disabled")
+
+
+def ttl_not_supported() -> JetStreamError:
+    return JetStreamError(400, ErrorCode.MESSAGE_TTL_DISABLED, "per-message TTL is not supported by JetLake")

@@ -350,7 +350,8 @@ class Stream:
         if h and hdr.TTL in h:
             if not hdr.valid_ttl(hdr.first(h, hdr.TTL) or ""):
                 raise errors.ttl_invalid()
-            raise errors.ttl_disabled()
+            # `allow_msg_ttl` is accepted (nats.py sets it on every KV bucket) but no TTL is honoured yet.
+            raise errors.ttl_not_supported() if c.allow_msg_ttl else errors.ttl_disabled()
         rollup = self._rollup(h) if h else None
         headers_size = hdr.wire_size(h)
         if headers_size > hdr.MAX_HEADERS_SIZE:

@@ -322,7 +322,13 @@ LONG = "n" * 256
             "consumer can not have priority groups when policy is none",
         ),
         (D | {"priority_timeout": S}, 10197, "PinnedTTL cannot be set when PriorityPolicy is none"),
-        (D | {"deliver_subject": "x.y"}, 10052, "push consumers are not supported; use the SSE route"),
+        (D | {"deliver_subject": "x.*"}, 10079, "consumer deliver subject has wildcards"),
+        (D | {"deliver_subject": "s.x"}, 10081, "consumer deliver subject forms a cycle"),
+        (D | {"deliver_subject": "x..y"}, 10112, "invalid push consumer deliver subject"),
+        (D | {"deliver_subject": "x.y", "max_waiting": 5}, 10080, "consumer in push mode can not set max waiting"),
+        (D | {"deliver_subject": "x.y", "max_ack_pending": 5}, 10082, "consumer requires ack policy for max ack pending"),
+        (D | {"deliver_subject": "x.y", "idle_heartbeat": 1000}, 10083, "consumer idle heartbeat needs to be >= 100ms"),
+        (D | {"deliver_subject": "x.y", "flow_control": True}, 10108, "consumer with flow control also needs heartbeats"),
         (D | {"sourcing": True}, 10052, None),
     ],
 )
@@ -330,6 +336,11 @@ def test_refusals_carry_nats_server_err_codes(body: dict[str, Any], err_code: in
     error = _refused(body, err_code)
     if description is not None:
         assert error.description == description
+
+
+def test_a_push_consumer_has_no_max_waiting_and_keeps_its_heartbeat_and_flow_control() -> None:
+    config = _check(D | {"deliver_subject": "x.y", "idle_heartbeat": 5 * S, "flow_control": True})
+    assert (config.max_waiting, config.idle_heartbeat, config.flow_control) == (0, 5 * S, True)
 
 
 def test_ack_none_with_max_ack_pending_is_accepted_on_a_pull_consumer() -> None:
