@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Protocol
 
 from fastapi import FastAPI
 
@@ -24,8 +25,21 @@ DEFAULT_MAX_BODY = 64 * 1024 * 1024
 log = logging.getLogger(__name__)
 
 
+class Door(Protocol):
+    """Another front door served on the same event loop (the NATS listener): started once the gate is
+    bound to the loop (it shares the accounts' pull waiters), stopped before the engines close."""
+
+    async def start(self, gate: Gate) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
 def create_app(
-    accounts_: Accounts, authenticator: Authenticator, max_body: int = DEFAULT_MAX_BODY, config_path: str | Path | None = None
+    accounts_: Accounts,
+    authenticator: Authenticator,
+    max_body: int = DEFAULT_MAX_BODY,
+    config_path: str | Path | None = None,
+    doors: Sequence[Door] = (),
 ) -> FastAPI:
     """The gateway over opened accounts; on shutdown it flushes and closes every engine. With a
     `config_path`, SIGHUP reloads it (connections stay open; a removed user is refused from then on)."""
@@ -35,11 +49,15 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
         gate.bind(loop)
+        for door in doors:
+            await door.start(gate)
         if config_path is not None:
             loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(_reload(gate, Path(config_path))))
         yield
         if config_path is not None:
             loop.remove_signal_handler(signal.SIGHUP)
+        for door in doors:
+            await door.stop()
         gate.unbind()
         # uvicorn may end the process right after shutdown: flush and release the warehouse here.
         await asyncio.to_thread(accounts_.close)

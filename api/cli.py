@@ -114,6 +114,12 @@ def _serve(args: argparse.Namespace) -> int:
         warehouse.resolve(), "https" if tls else "http", args.host, args.port, ", ".join(accounts.names()),
         "required" if authenticator.required else "off", sync, args.flush_interval,
     )
+    doors = []
+    if args.nats_port:
+        from api.nats.server import NatsServer
+
+        doors.append(NatsServer(accounts, args.nats_host or args.host, args.nats_port, auth=authenticator,
+                                max_payload=args.max_payload))
     scheduler = _SchedulerChild(warehouse.resolve(), args.spark_master) if args.scheduler else None
     if scheduler is not None:
         scheduler.start()
@@ -127,7 +133,7 @@ def _serve(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, _stop_scheduler_then_exit)
     try:
         uvicorn.run(
-            create_app(accounts, authenticator, max_body=args.max_body, config_path=args.config),
+            create_app(accounts, authenticator, max_body=args.max_body, config_path=args.config, doors=doors),
             host=args.host,
             port=args.port,
             log_level=args.log_level,
@@ -471,6 +477,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="seconds between commits of each stream's log to its Delta table")
     serve.add_argument("--flush-bytes", type=int, default=DEFAULT_FLUSH_BYTES,
                        help="commit a stream early once this many bytes wait in its log")
+    serve.add_argument("--nats-port", type=int, default=4222,
+                       help="port for NATS clients (the nats CLI, nats.go, nats.py); 0 turns the NATS door off")
+    serve.add_argument("--nats-host", default=None, help="address for NATS clients (default: --host)")
     serve.add_argument("--max-unflushed-bytes", type=_positive_int, default=DEFAULT_MAX_LOG_BYTES,
                        help="bound of each log (a stream's, the ack log) not yet committed to its table; past it "
                             "publishes (acks) get a 503 until the flusher catches up")

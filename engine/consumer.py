@@ -95,6 +95,7 @@ class Consumer:
         self.waiting = 0
         self.budget_exhausted = False  # the last fetch stopped at its max_bytes
         self.acked: list[int] = []  # stream seqs the last applied events took out of pending by an ack
+        self.exhausted_now: list[tuple[int, int]] = []  # (stream seq, deliveries) that just ran out of deliveries
         self.last_activity = created_ns
         self.deleted = False
         self.events_since_snapshot = 0
@@ -201,6 +202,7 @@ class Consumer:
                 self._drop_pending(seq)
                 continue
             if max_deliver > 0 and self.state.deliveries.get(seq, 1) >= max_deliver:
+                self.exhausted_now.append((seq, self.state.deliveries.get(seq, 1)))
                 event = AckEvent(EXHAUSTED, seq, 0, 0, now)
                 self.apply(event)
                 events.append(event)
@@ -379,6 +381,7 @@ class Consumer:
             if pending is None or pending.deadline != deadline:
                 continue
             if max_deliver > 0 and max(self.state.deliveries.get(seq, 1) - 1, 1) >= max_deliver:
+                self.exhausted_now.append((seq, self.state.deliveries.get(seq, 1)))
                 event = AckEvent(EXHAUSTED, seq, 0, 0, now)
                 self.apply(event)
                 events.append(event)

@@ -59,6 +59,9 @@ class Consumers:
         self.acks = AckStore(layout, sync_always, backlog)
         self.notify: Callable[[str], None] | None = None
         self.limits = account_limits.UNLIMITED_LIMITS  # the account's JetStream limits, set by the engine
+        # Called (stream, consumer, stream seq, deliveries) when a message reaches max_deliver, under the
+        # stream's lock and from any thread: a front door turns it into JetStream's advisory.
+        self.on_max_deliveries: Callable[[str, str, int, int], None] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -211,6 +214,7 @@ class Consumers:
         consumer = self.get(stream, name)
         stream.expire_now()
         deliveries, events = consumer.fetch(batch, max_bytes, self.clock.now_ns())
+        self._report_exhausted(consumer)
         ticket = self.acks.enqueue(self._log_items(consumer, events))
         self._retain(stream, consumer)
         return deliveries, ticket
@@ -346,10 +350,17 @@ class Consumers:
                         self._remove(stream, consumer)
                         continue
                     rows += self._log_items(consumer, AckEvents.of(consumer.tick(now)))
+                    self._report_exhausted(consumer)
                     if consumer.events_since_snapshot >= SNAPSHOT_EVERY and stream.config.storage == "file":
                         rows.append(self.snapshot_row(consumer, now))
                 ticket = self.acks.enqueue(rows)
             self.acks.wait(ticket)
+
+    def _report_exhausted(self, consumer: Consumer) -> None:
+        exhausted, consumer.exhausted_now = consumer.exhausted_now, []
+        if exhausted and self.on_max_deliveries is not None:
+            for seq, deliveries in exhausted:
+                self.on_max_deliveries(consumer.stream.name, consumer.name, seq, deliveries)
 
     def snapshot_row(self, consumer: Consumer, now: int) -> EventRow:
         consumer.events_since_snapshot = 0

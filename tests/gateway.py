@@ -41,11 +41,15 @@ class Gateway:
         self.url = f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
         self.ca = ca
         self.client_cert = client_cert
+        self.nats_port = 0 if "--nats-port" in self.args else free_port()
+        self.nats_url = f"nats://127.0.0.1:{self.nats_port}"
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = warehouse.parent / f"gateway-{self.port}.log"
 
     def start(self, timeout: float = 20.0) -> Gateway:
         cmd = [str(JETLAKE), "serve", "--warehouse", str(self.warehouse), "--port", str(self.port), *self.args]
+        if self.nats_port:
+            cmd += ["--nats-port", str(self.nats_port)]  # never the default 4222: parallel gateways must not collide
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **self.env})
         deadline = time.monotonic() + timeout

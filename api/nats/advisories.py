@@ -1,0 +1,57 @@
+"""JetStream advisories on `$JS.EVENT.ADVISORY.>`: stream and consumer actions, max deliveries, terms.
+
+Each is a JSON event `{"type", "id", "timestamp", ...}` published by the server; one nobody subscribes
+to is not even built. Counterpart: server/jetstream_events.go and the sendAdvisory calls of
+server/stream.go and server/consumer.go.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from engine.info import rfc3339
+
+if TYPE_CHECKING:
+    from api.nats.server import NatsServer
+
+PREFIX = "$JS.EVENT.ADVISORY."
+TYPE = "io.nats.jetstream.advisory.v1."
+
+
+class Advisories:
+    def __init__(self, server: NatsServer) -> None:
+        self.server = server
+
+    def _send(self, subject: str, kind: str, fields: dict[str, Any]) -> None:
+        if not self.server.sublist.has_interest(subject):
+            return
+        event = {"type": TYPE + kind, "id": secrets.token_hex(11), "timestamp": rfc3339(time.time_ns()), **fields}
+        self.server.send(subject, orjson.dumps(event))
+
+    def stream_action(self, stream: str, action: str) -> None:
+        """action: create, delete or modify."""
+        verb = {"create": "CREATED", "delete": "DELETED", "modify": "UPDATED"}[action]
+        self._send(f"{PREFIX}STREAM.{verb}.{stream}", "stream_action", {"stream": stream, "action": action})
+
+    def consumer_action(self, stream: str, consumer: str, action: str) -> None:
+        verb = {"create": "CREATED", "delete": "DELETED"}[action]
+        fields = {"stream": stream, "consumer": consumer, "action": action}
+        self._send(f"{PREFIX}CONSUMER.{verb}.{stream}.{consumer}", "consumer_action", fields)
+
+    def max_deliveries(self, stream: str, consumer: str, stream_seq: int, deliveries: int) -> None:
+        fields = {"stream": stream, "consumer": consumer, "stream_seq": stream_seq, "deliveries": deliveries}
+        self._send(f"{PREFIX}CONSUMER.MAX_DELIVERIES.{stream}.{consumer}", "max_deliver", fields)
+
+    def terminated(self, stream: str, consumer: str, stream_seq: int, deliveries: int, reason: str) -> None:
+        fields: dict[str, Any] = {"stream": stream, "consumer": consumer, "stream_seq": stream_seq, "deliveries": deliveries}
+        if reason:
+            fields["reason"] = reason
+        self._send(f"{PREFIX}CONSUMER.MSG_TERMINATED.{stream}.{consumer}", "terminated", fields)
+
+    def naked(self, stream: str, consumer: str, stream_seq: int, deliveries: int) -> None:
+        fields = {"stream": stream, "consumer": consumer, "stream_seq": stream_seq, "deliveries": deliveries}
+        self._send(f"{PREFIX}CONSUMER.MSG_NAKED.{stream}.{consumer}", "nak", fields)

@@ -1,0 +1,468 @@
+"""One client connection: the protocol parser, the connection's subscriptions and its outbound buffer.
+
+An `asyncio.Protocol`, not streams: `data_received` parses every complete operation of a read in
+one loop with at most one copy per payload, and what the connection sends in one loop iteration is
+written with one `write` (the first send schedules the flush). The outbound buffer is bounded: past
+`MAX_PENDING` bytes, or with the socket not drained for `WRITE_DEADLINE` seconds, the client is a
+slow consumer and is closed, as nats-server closes it (no -ERR). Errors close the connection where
+nats-server's parser closes it, with its texts. Counterpart: server/client.go and server/parser.go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from api.auth import AuthError, Principal
+from api.nats import protocol as p
+from api.nats.subscriptions import Subscription
+from engine.subjects import is_valid_publish_subject, is_valid_subject
+
+if TYPE_CHECKING:
+    from api.nats.server import NatsServer
+
+log = logging.getLogger(__name__)
+
+PING_INTERVAL = 120.0
+MAX_PINGS_OUT = 2
+AUTH_TIMEOUT = 2.0
+WRITE_DEADLINE = 10.0
+_DEFAULTS = {"verbose": True, "pedantic": True, "echo": True, "headers": False, "no_responders": False}
+
+
+class Connection(asyncio.Protocol):
+    """A client of the NATS door."""
+
+    def __init__(self, server: NatsServer, cid: int) -> None:
+        self.server = server
+        self.cid = cid
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.subs: dict[bytes, Subscription] = {}
+        # Without authentication every client is the anonymous principal from the start, as in nats-server.
+        self.principal: Principal | None = None if server.auth.required else server.auth.authenticate()
+        self.verbose = True
+        self.pedantic = True
+        self.echo = True
+        self.headers = False
+        self.no_responders = False
+        self.connected = False
+        self.name = ""
+        self._buf = b""
+        self._payload: tuple[bytes, str, bytes | None, int, int] | None = None  # (subject, str, reply, hdr, total)
+        self._acc: bytearray | None = None
+        self._out: list[bytes] = []
+        self._out_size = 0
+        self._flush_scheduled = False
+        self._pings_out = 0
+        self._paused_at = 0.0
+        self._timers: list[asyncio.TimerHandle] = []
+        self._publish_cache: dict[str, bool] = {}
+        self.nonce: str | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment] # uvloop's transports are not asyncio.Transport subclasses
+        transport.set_write_buffer_limits(high=4 * 1024 * 1024)
+        info = self.server.info_for(self)
+        if not self.server.register(self):
+            transport.write(p.info_line(info) + p.err(p.MAX_CONNECTIONS))
+            self.close()
+            return
+        transport.write(p.info_line(info))
+        loop = asyncio.get_running_loop()
+        if self.server.auth.required:
+            self._timers.append(loop.call_later(AUTH_TIMEOUT, self._auth_timeout))
+        self._timers.append(loop.call_later(PING_INTERVAL, self._ping_timer))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        for timer in self._timers:
+            timer.cancel()
+        self._timers.clear()
+        self.server.unregister(self)
+        self._out.clear()
+
+    def close(self) -> None:
+        """Sends what is queued, then closes."""
+        if self.closed:
+            return
+        self._flush()
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def close_with_error(self, text: str) -> None:
+        self.send(p.err(text))
+        self.close()
+
+    def abort(self) -> None:
+        """Closes at once, dropping what is queued (a slow consumer)."""
+        if self.closed:
+            return
+        self.closed = True
+        self._out.clear()
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _auth_timeout(self) -> None:
+        if not self.connected and not self.closed:
+            self.close_with_error(p.AUTH_TIMEOUT)
+
+    def _ping_timer(self) -> None:
+        if self.closed:
+            return
+        if self._pings_out >= MAX_PINGS_OUT:
+            self.close_with_error(p.STALE)
+            return
+        self._pings_out += 1
+        self.send(p.PING)
+        self._timers = [t for t in self._timers if not t.cancelled()]
+        self._timers.append(asyncio.get_running_loop().call_later(PING_INTERVAL, self._ping_timer))
+
+    # -- outbound -----------------------------------------------------------------------------
+
+    def send(self, data: bytes) -> None:
+        """Queues bytes for this loop iteration's write; a client that does not read is dropped."""
+        if self.closed:
+            return
+        self._out.append(data)
+        self._out_size += len(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+        if self._out_size > p.MAX_PENDING:
+            self._slow_consumer()
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if not self._out or self.transport is None or self.closed:
+            return
+        data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
+        self._out = []
+        self._out_size = 0
+        self.transport.write(data)
+        if self.transport.get_write_buffer_size() > p.MAX_PENDING:
+            self._slow_consumer()
+
+    def pause_writing(self) -> None:
+        self._paused_at = time.monotonic()
+        self._timers.append(asyncio.get_running_loop().call_later(WRITE_DEADLINE, self._check_stalled))
+
+    def resume_writing(self) -> None:
+        self._paused_at = 0.0
+
+    def _check_stalled(self) -> None:
+        if self._paused_at and time.monotonic() - self._paused_at >= WRITE_DEADLINE:
+            self._slow_consumer()
+
+    def _slow_consumer(self) -> None:
+        log.warning("slow consumer: closing client %d (%s)", self.cid, self.name or "unnamed")
+        self.server.slow_consumers += 1
+        self.abort()
+
+    @property
+    def writable(self) -> bool:
+        """Whether the kernel takes our bytes: deliveries that can wait (push, pulls) hold back when not."""
+        return not self._paused_at and not self.closed
+
+    def deliver(self, sub: Subscription, subject: bytes, reply: bytes | None, hdr: bytes | None, payload: bytes) -> None:
+        """A MSG (or HMSG, if the client takes headers) on `sub`; stops a subscription at its max."""
+        if hdr is not None and self.headers:
+            size = len(hdr)
+            if reply:
+                line = b"HMSG %b %b %b %d %d\r\n" % (subject, sub.sid, reply, size, size + len(payload))
+            else:
+                line = b"HMSG %b %b %d %d\r\n" % (subject, sub.sid, size, size + len(payload))
+            self.send(line + hdr + payload + b"\r\n")
+        else:
+            if reply:
+                line = b"MSG %b %b %b %d\r\n" % (subject, sub.sid, reply, len(payload))
+            else:
+                line = b"MSG %b %b %d\r\n" % (subject, sub.sid, len(payload))
+            self.send(line + payload + b"\r\n")
+        sub.delivered += 1
+        if sub.max and sub.delivered >= sub.max:
+            self._unsubscribe(sub)
+
+    # -- inbound ------------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        if self._acc is not None:  # a large payload arriving in pieces: gathered without re-copying
+            self._acc += data
+            assert self._payload is not None
+            if len(self._acc) < self._payload[4] + 2:
+                return
+            data, self._acc = bytes(self._acc), None
+        elif self._buf:
+            data = self._buf + data
+            self._buf = b""
+        try:
+            self._parse(data)
+        finally:
+            self.server.after_read(self)
+
+    def _parse(self, data: bytes) -> None:
+        pos, end = 0, len(data)
+        while pos < end and not self.closed:
+            pending = self._payload
+            if pending is not None:
+                total = pending[4]
+                stop = pos + total
+                if stop + 2 > end:
+                    if stop < end and data[stop] != 13:  # the byte after the payload must start its CRLF
+                        self.close_with_error(p.UNKNOWN_OP)
+                        return
+                    self._keep(data, pos, total)
+                    return
+                if data[stop : stop + 2] != b"\r\n":
+                    self.close_with_error(p.UNKNOWN_OP)
+                    return
+                self._payload = None
+                self._on_message(pending, data[pos:stop])
+                pos = stop + 2
+                continue
+            nl = data.find(b"\n", pos)
+            if nl < 0:
+                self._keep_line(data, pos)
+                return
+            if nl - pos > p.MAX_CONTROL_LINE:
+                self.close_with_error(p.MAX_CONTROL_LINE_TEXT)
+                return
+            line = data[pos : nl - 1] if nl > pos and data[nl - 1] == 13 else data[pos:nl]
+            pos = nl + 1
+            self._operation(line)
+
+    def _keep(self, data: bytes, pos: int, total: int) -> None:
+        rest = data[pos:]
+        if total > 65536:
+            self._acc = bytearray(rest)
+        else:
+            self._buf = rest
+
+    def _keep_line(self, data: bytes, pos: int) -> None:
+        rest = data[pos:]
+        if not p.could_be_op(rest):
+            self.close_with_error(p.UNKNOWN_OP)
+        elif len(rest) > p.MAX_CONTROL_LINE:
+            self.close_with_error(p.MAX_CONTROL_LINE_TEXT)
+        else:
+            self._buf = rest
+
+    def _operation(self, line: bytes) -> None:
+        parts = line.split()
+        if not parts:
+            self.close_with_error(p.UNKNOWN_OP)
+            return
+        op = parts[0].upper()
+        if self.principal is None and op != b"CONNECT":
+            self.close_with_error(p.AUTH_VIOLATION)
+            return
+        if op == b"PUB":
+            self._pub(parts)
+        elif op == b"HPUB":
+            self._hpub(parts)
+        elif op == b"PING":
+            self.send(p.PONG)
+            self.server.pinged(self)
+        elif op == b"PONG":
+            self._pings_out = 0
+        elif op == b"SUB":
+            self._sub(parts)
+        elif op == b"UNSUB":
+            self._unsub(parts)
+        elif op == b"CONNECT":
+            self._connect(line[len(parts[0]) :].strip())
+        elif op in (b"INFO", b"+OK"):
+            pass
+        elif op == b"-ERR":
+            self.close()
+        else:
+            self.close_with_error(p.UNKNOWN_OP)
+
+    def _args_missing(self, parts: list[bytes]) -> bool:
+        if len(parts) == 1:  # `PUB\r\n`: the parser wanted a space after the operation
+            self.close_with_error(p.UNKNOWN_OP)
+            return True
+        return False
+
+    def _pub(self, parts: list[bytes]) -> None:
+        if self._args_missing(parts):
+            return
+        if len(parts) == 3:
+            subject, reply, size_text = parts[1], None, parts[2]
+        elif len(parts) == 4:
+            subject, reply, size_text = parts[1], parts[2], parts[3]
+        else:
+            self.close()
+            return
+        size = _size(size_text)
+        if size < 0:
+            self.close()
+            return
+        if size > self.server.max_payload:
+            self.close_with_error(p.MAX_PAYLOAD)
+            return
+        self._payload = (subject, _text(subject), reply, -1, size)
+
+    def _hpub(self, parts: list[bytes]) -> None:
+        if self._args_missing(parts):
+            return
+        if len(parts) == 4:
+            subject, reply, hdr_text, size_text = parts[1], None, parts[2], parts[3]
+        elif len(parts) == 5:
+            subject, reply, hdr_text, size_text = parts[1], parts[2], parts[3], parts[4]
+        else:
+            self.close()
+            return
+        hdr, size = _size(hdr_text), _size(size_text)
+        if not self.headers or hdr < 0 or size < 0 or hdr > size:
+            self.close()
+            return
+        if size > self.server.max_payload:
+            self.close_with_error(p.MAX_PAYLOAD)
+            return
+        self._payload = (subject, _text(subject), reply, hdr, size)
+
+    def _on_message(self, pending: tuple[bytes, str, bytes | None, int, int], body: bytes) -> None:
+        subject_b, subject, reply, hdr_size, _ = pending
+        if self.verbose:
+            self.send(p.OK)
+        if self.pedantic and not is_valid_publish_subject(subject):
+            self.send(p.err(p.INVALID_PUBLISH_SUBJECT))  # still routed, as nats-server does
+        if not self._may_publish(subject):
+            return
+        if hdr_size >= 0:
+            self.server.publish(self, subject_b, subject, reply, body[:hdr_size], body[hdr_size:])
+        else:
+            self.server.publish(self, subject_b, subject, reply, None, body)
+
+    def _may_publish(self, subject: str) -> bool:
+        principal = self.principal
+        if principal is None or principal.permissions is None:
+            return True
+        allowed = self._publish_cache.get(subject)
+        if allowed is None:
+            allowed = principal.can_publish(subject)
+            if len(self._publish_cache) > 1024:
+                self._publish_cache.clear()
+            self._publish_cache[subject] = allowed
+        if not allowed:
+            self.send(p.err(f'Permissions Violation for Publish to "{subject}"'))
+        return allowed
+
+    def _sub(self, parts: list[bytes]) -> None:
+        if self._args_missing(parts):
+            return
+        if len(parts) == 3:
+            subject_b, queue_b, sid = parts[1], None, parts[2]
+        elif len(parts) == 4:
+            subject_b, queue_b, sid = parts[1], parts[2], parts[3]
+        else:
+            self.close()
+            return
+        subject = _text(subject_b)
+        queue = _text(queue_b) if queue_b is not None else None
+        if not is_valid_subject(subject):
+            self.send(p.err(p.INVALID_SUBJECT))
+            return
+        principal = self.principal
+        if principal is not None and principal.permissions is not None and not principal.can_subscribe(subject, queue):
+            using = f' using queue "{queue}"' if queue else ""
+            self.send(p.err(f'Permissions Violation for Subscription to "{subject}"{using}'))
+            return
+        if self.verbose:
+            self.send(p.OK)
+        if sid in self.subs:
+            return
+        sub = Subscription(self, subject, queue, sid)
+        self.subs[sid] = sub
+        self.server.subscribe(sub)
+
+    def _unsub(self, parts: list[bytes]) -> None:
+        if self._args_missing(parts):
+            return
+        if len(parts) not in (2, 3):
+            self.close()
+            return
+        maximum = _size(parts[2]) if len(parts) == 3 else 0
+        if maximum < 0:
+            self.close()
+            return
+        if self.verbose:
+            self.send(p.OK)
+        sub = self.subs.get(parts[1])
+        if sub is None:
+            return
+        if maximum and sub.delivered < maximum:
+            sub.max = maximum
+        else:
+            self._unsubscribe(sub)
+
+    def _unsubscribe(self, sub: Subscription) -> None:
+        if self.subs.pop(sub.sid, None) is not None:
+            self.server.unsubscribe(sub)
+
+    def _connect(self, text: bytes) -> None:
+        try:
+            given = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            self.close()
+            return
+        if not isinstance(given, dict):
+            self.close()
+            return
+        opts: dict[str, Any] = {**_DEFAULTS, **given}
+        if opts.get("protocol", 0) not in (0, 1):
+            self.close_with_error(p.INVALID_PROTOCOL)
+            return
+        if opts["no_responders"] and not opts["headers"]:
+            self.close_with_error(p.NO_RESPONDERS_NEEDS_HEADERS)
+            return
+        if "account" in opts or "new_account" in opts:
+            self.close_with_error(p.AUTH_VIOLATION)
+            return
+        try:
+            self.principal = self.server.auth.authenticate(
+                user=opts.get("user"), password=opts.get("pass"), token=opts.get("auth_token")
+            )
+        except AuthError:
+            self.principal = None
+            self.close_with_error(p.AUTH_VIOLATION)
+            return
+        if self.principal.account != self.server.account:
+            # The door serves one account's JetStream so far: another account's user is refused, never
+            # shown this account's streams.
+            log.warning("NATS client %d: account %s is not served over NATS (only %s)", self.cid, self.principal.account, self.server.account)
+            self.principal = None
+            self.close_with_error(p.AUTH_VIOLATION)
+            return
+        self._publish_cache.clear()
+        self.verbose = bool(opts["verbose"])
+        self.pedantic = bool(opts["pedantic"])
+        self.echo = bool(opts["echo"])
+        self.headers = bool(opts["headers"])
+        self.no_responders = bool(opts["no_responders"])
+        self.name = str(opts.get("name") or "")
+        self.connected = True
+        self.protocol = int(opts.get("protocol", 0))
+        if self.verbose:
+            self.send(p.OK)
+
+
+def _size(text: bytes) -> int:
+    """A non-negative decimal byte count, or -1 (nats-server's parseSize)."""
+    if not text.isdigit() or len(text) > 12:
+        return -1
+    return int(text)
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "surrogateescape")

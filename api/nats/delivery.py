@@ -1,0 +1,66 @@
+"""How a consumer's delivery travels: the message's own subject, its `$JS.ACK` reply, its headers.
+
+A delivered message keeps the subject it was stored under; its reply subject is the v1 ack subject
+`$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<ts ns>.<pending>`, from which
+clients read the sequences and the pending count (a KV watch ends its initial values at pending 0).
+It goes to whoever subscribes to the pull's inbox or the push consumer's deliver subject, one member
+of each queue group. Counterpart: server/consumer.go (deliverMsg, ackReply).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING
+
+from api.nats import protocol as p
+from engine.consumer import Delivery
+
+if TYPE_CHECKING:
+    from api.nats.server import NatsServer
+    from api.nats.subscriptions import Match, Subscription
+
+
+def ack_prefix(stream: str, consumer: str) -> bytes:
+    return f"$JS.ACK.{stream}.{consumer}.".encode()
+
+
+def frames(
+    deliveries: list[Delivery], prefix: bytes, headers_only: bool
+) -> list[tuple[bytes, bytes, bytes | None, bytes]]:
+    """(subject, ack reply, header block or None, payload) per delivery."""
+    out = []
+    for d in deliveries:
+        msg = d.msg
+        reply = prefix + b"%d.%d.%d.%d.%d" % (d.num_delivered, msg.seq, d.consumer_seq, msg.ts, d.num_pending)
+        if headers_only:
+            headers = dict(msg.headers or {})
+            headers["Nats-Msg-Size"] = [str(len(msg.data))]
+            out.append((msg.subject.encode(), reply, p.encode_headers(headers), b""))
+        else:
+            hdr = p.encode_headers(msg.headers) if msg.headers else None
+            out.append((msg.subject.encode(), reply, hdr, msg.data))
+    return out
+
+
+def receivers(match: Match) -> list[Subscription]:
+    """Every plain subscriber and one member of each queue group."""
+    subs = list(match.plain)
+    for group in match.groups:
+        subs.append(group[random.randrange(len(group))] if len(group) > 1 else group[0])
+    return subs
+
+
+def send_frames(server: NatsServer, target: str, framed: list[tuple[bytes, bytes, bytes | None, bytes]]) -> bool:
+    """Sends deliveries to the subscribers of `target`; False if nobody subscribes to it."""
+    match = server.sublist.match(target)
+    if not match:
+        return False
+    for subject, reply, hdr, payload in framed:
+        for sub in receivers(match):
+            sub.conn.deliver(sub, subject, reply, hdr, payload)
+    return True
+
+
+def send_status(server: NatsServer, target: str, hdr: bytes, reply: str | None = None) -> bool:
+    """A header-only status message (`404 No Messages`, `100 Idle Heartbeat`, ...) to `target`."""
+    return server.send(target, b"", hdr, reply)

@@ -1,0 +1,579 @@
+"""The JetStream API over NATS: `$JS.API.…` requests, `$JS.ACK.…` acks and `$JS.FC.…` answers.
+
+Each request subject maps to one engine call; answers are nats-server's JSON with its `type`
+(`io.nats.jetstream.api.v1.<x>_response`) and, on failure, the engine's error as
+`{"error": {"code", "err_code", "description"}}`. Calls that write files or tables (create, update,
+delete, purge) run in a worker thread; lookups and gets answer on the loop. MSG.NEXT, DIRECT.GET and
+acks are, as in nats-server, per-object subscriptions: a missing stream or consumer is nobody
+listening (the 503 no-responders status), not a JSON error. Counterpart: server/jetstream_api.go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import re
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from api.nats import protocol as p
+from api.nats.advisories import Advisories
+from api.nats.errors import api_error, error_body
+from api.nats.pull import Pulls
+from api.nats.push import PushConsumers
+from api.nats.writes import Ack
+from engine import JetStreamError, errors
+from engine.consumer import Consumer, Delivery
+from engine.consumer_config import ConsumerConfig
+from engine.info import rfc3339
+from engine.store.base import StoredMessage
+
+if TYPE_CHECKING:
+    from api.nats.connection import Connection
+    from api.nats.server import NatsServer
+    from api.waiters import Waiters
+
+log = logging.getLogger(__name__)
+
+TYPE = "io.nats.jetstream.api.v1."
+API = "$JS.API."
+NS = 1_000_000_000
+NAMES_LIMIT = 1024
+LIST_LIMIT = 256
+SUBJECTS_LIMIT = 100_000
+HOUSEKEEPING = 1.0
+_NAK = b"-NAK"
+
+Handler = Callable[[list[str], bytes], dict[str, Any]]
+
+
+class JetStreamApi:
+    def __init__(self, server: NatsServer) -> None:
+        self.server = server
+        self.engine = server.engine
+        self.advisories = Advisories(server)
+        self.pulls = Pulls(self)
+        self.push = PushConsumers(self)
+        self.waiters: Waiters
+        self.total = 0
+        self.errors = 0
+        self._housekeeping: asyncio.Task[None] | None = None
+        self._inline: dict[tuple[str, ...], tuple[str, Handler]] = {
+            ("INFO",): ("account_info_response", self._account_info),
+            ("STREAM", "INFO"): ("stream_info_response", self._stream_info),
+            ("STREAM", "NAMES"): ("stream_names_response", self._stream_names),
+            ("STREAM", "LIST"): ("stream_list_response", self._stream_list),
+            ("STREAM", "MSG", "GET"): ("stream_msg_get_response", self._msg_get),
+            ("CONSUMER", "INFO"): ("consumer_info_response", self._consumer_info),
+            ("CONSUMER", "NAMES"): ("consumer_names_response", self._consumer_names),
+            ("CONSUMER", "LIST"): ("consumer_list_response", self._consumer_list),
+        }
+        self._threaded: dict[tuple[str, ...], tuple[str, Handler]] = {
+            ("STREAM", "CREATE"): ("stream_create_response", self._stream_create),
+            ("STREAM", "UPDATE"): ("stream_update_response", self._stream_update),
+            ("STREAM", "DELETE"): ("stream_delete_response", self._stream_delete),
+            ("STREAM", "PURGE"): ("stream_purge_response", self._stream_purge),
+            ("STREAM", "MSG", "DELETE"): ("stream_msg_delete_response", self._msg_delete),
+            ("CONSUMER", "CREATE"): ("consumer_create_response", self._consumer_create),
+            ("CONSUMER", "DURABLE", "CREATE"): ("consumer_create_response", self._consumer_create),
+            ("CONSUMER", "DELETE"): ("consumer_delete_response", self._consumer_delete),
+        }
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self, waiters: Waiters) -> None:
+        self.waiters = waiters
+        self.engine.consumers.on_max_deliveries = self._max_deliveries_threadsafe
+        self._housekeeping = asyncio.get_running_loop().create_task(self._keep_push_running())
+
+    async def stop(self) -> None:
+        self.engine.consumers.on_max_deliveries = None
+        if self._housekeeping is not None:
+            self._housekeeping.cancel()
+        await self.push.stop()
+        for task in list(self.pulls.tasks):
+            task.cancel()
+
+    async def _keep_push_running(self) -> None:
+        while True:
+            self.push.ensure_all()
+            await asyncio.sleep(HOUSEKEEPING)
+
+    def interest_changed(self, subject: str) -> None:
+        self.push.interest_changed(subject)
+
+    def _max_deliveries_threadsafe(self, stream: str, consumer: str, seq: int, deliveries: int) -> None:
+        loop = self.server.loop
+        if loop is not None:
+            loop.call_soon_threadsafe(self.advisories.max_deliveries, stream, consumer, seq, deliveries)
+
+    # -- engine calls shared by pulls and pushes ------------------------------------------------
+
+    async def fetch(self, stream: str, consumer: str, batch: int, max_bytes: int) -> list[Delivery]:
+        """On the loop when the engine needs no waiting, else in a worker thread."""
+        got = self.engine.fetch_nowait(stream, consumer, batch, max_bytes)
+        if got is None:
+            got = await asyncio.get_running_loop().run_in_executor(None, self.engine.fetch, stream, consumer, batch, max_bytes)
+        return got
+
+    @staticmethod
+    def redelivery_wait(target: Consumer) -> float:
+        """Seconds until the consumer's next ack deadline (at most one)."""
+        deadline = target.next_deadline()
+        if deadline is None:
+            return 1.0
+        return max(min((deadline - time.time_ns()) / NS, 1.0), 0.001)
+
+    # -- dispatch -----------------------------------------------------------------------------
+
+    def handle(self, conn: Connection, subject: str, reply: bytes | None, hdr: bytes | None, payload: bytes) -> bool:
+        """A publish to `$JS.…`; False when nothing here listens on that subject (no responders)."""
+        if subject.startswith(API):
+            return self._api(subject[len(API) :].split("."), reply, payload)
+        if subject.startswith("$JS.ACK."):
+            return self._ack(conn, subject, reply, payload)
+        if subject.startswith("$JS.FC."):
+            return self.push.flow_control_answer(subject)
+        return False
+
+    def _api(self, tokens: list[str], reply: bytes | None, payload: bytes) -> bool:
+        if tokens[:3] == ["CONSUMER", "MSG", "NEXT"] and len(tokens) == 5:
+            return self.pulls.request(tokens[3], tokens[4], reply, payload)
+        if tokens[:2] == ["DIRECT", "GET"] and len(tokens) >= 3:
+            return self._direct_get(tokens, reply, payload)
+        if not reply:
+            return True
+        self.total += 1
+        for routes, threaded in ((self._inline, False), (self._threaded, True)):
+            for length in (3, 2, 1):
+                route = routes.get(tuple(tokens[:length]))
+                if route is None:
+                    continue
+                kind, handler = route
+                if threaded:
+                    self._answer_in_thread(reply, kind, handler, tokens, payload)
+                else:
+                    self._answer(reply, kind, handler, tokens, payload)
+                return True
+        self.errors += 1
+        self.server.reply(reply, orjson.dumps({"type": TYPE + "system_response", "error": errors.bad_request().to_dict()}))
+        return True
+
+    def _answer(self, reply: bytes, kind: str, handler: Handler, tokens: list[str], payload: bytes) -> None:
+        try:
+            body = handler(tokens, payload)
+        except JetStreamError as exc:
+            self.errors += 1
+            body = error_body(kind, exc)
+        except Exception as exc:  # noqa: BLE001 - an unexpected failure is a 500 to this request, not a dead door
+            log.exception("JetStream API %s failed", ".".join(tokens))
+            self.errors += 1
+            body = error_body(kind, api_error(exc))
+        self.server.reply(reply, orjson.dumps({"type": TYPE + kind, **body}))
+
+    def _answer_in_thread(self, reply: bytes, kind: str, handler: Handler, tokens: list[str], payload: bytes) -> None:
+        loop = asyncio.get_running_loop()
+
+        def run() -> dict[str, Any]:
+            try:
+                return handler(tokens, payload)
+            except JetStreamError as exc:
+                return {"__error__": exc}
+            except Exception as exc:  # noqa: BLE001
+                log.exception("JetStream API %s failed", ".".join(tokens))
+                return {"__error__": api_error(exc)}
+
+        def done(future: asyncio.Future[dict[str, Any]]) -> None:
+            body = future.result()
+            failure = body.pop("__error__", None)
+            if failure is not None:
+                self.errors += 1
+                body = error_body(kind, failure)
+            follow_up = body.pop("__then__", None)
+            self.server.reply(reply, orjson.dumps({"type": TYPE + kind, **body}))
+            if follow_up is not None:
+                follow_up()
+
+        loop.run_in_executor(None, run).add_done_callback(done)
+
+    # -- account and streams --------------------------------------------------------------------
+
+    def _account_info(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
+        info = self.engine.account_info()
+        info["api"] = {"level": 1, "total": self.total, "errors": self.errors}
+        return info
+
+    def _stream_create(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
+        name = _token(tokens, 2)
+        config = _json(payload)
+        if config.get("name") != name:
+            raise errors.stream_mismatch()
+        if "/" in name or "\\" in name:
+            raise errors.name_has_path_separators()
+        info, created = self.engine.add_stream(config)
+        if created:
+            self.advisories_later(lambda: self.advisories.stream_action(name, "create"))
+        return {**info, "did_create": True} if created else info
+
+    def _stream_update(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
+        name = _token(tokens, 2)
+        info = self.engine.update_stream(name, _json(payload))
+        self.advisories_later(lambda: self.advisories.stream_action(name, "modify"))
+        return info
+
+    def _stream_delete(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
+        name = _token(tokens, 2)
+        _empty(payload)
+        self.engine.delete_stream(name)
+        self.advisories_later(lambda: self.advisories.stream_action(name, "delete"))
+        return {"success": True}
+
+    def advisories_later(self, send: Callable[[], None]) -> None:
+        """Advisories of threaded calls are sent on the loop."""
+        loop = self.server.loop
+        if loop is not None:
+            loop.call_soon_threadsafe(send)
+
+    def _stream_info(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
+        name = _token(tokens, 2)
+        req = _json(payload, {"deleted_details", "subjects_filter", "offset"}) if payload.strip() else {}
+        subjects_filter = req.get("subjects_filter") or None
+        info = self.engine.stream_info(name, subjects_filter)
+        subjects = info["state"].get("subjects")
+        if subjects:
+            offset = _offset(req)
+            names = sorted(subjects)[offset : offset + SUBJECTS_LIMIT]
+            info["state"]["subjects"] = {s: subjects[s] for s in names}
+            return {**info, "total": len(subjects), "offset": offset, "limit": SUBJECTS_LIMIT}
+        return {**info, "total": 0, "offset": 0, "limit": 0}
+
+    def _stream_names(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
+        req = _json(payload, {"offset", "subject"}) if payload.strip() else {}
+        page = self.engine.list_streams(req.get("subject") or None, _offset(req), NAMES_LIMIT)
+        names = [s["config"]["name"] for s in page["streams"]]
+        return {"total": page["total"], "offset": page["offset"], "limit": NAMES_LIMIT, "streams": names or None}
+
+    def _stream_list(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
+        req = _json(payload, {"offset", "subject"}) if payload.strip() else {}
+        page = self.engine.list_streams(req.get("subject") or None, _offset(req), LIST_LIMIT)
+        return {"total": page["total"], "offset": page["offset"], "limit": LIST_LIMIT, "streams": page["streams"]}
+
+    def _stream_purge(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
+        name = _token(tokens, 2)
+        req = _json(payload, {"filter", "seq", "keep"}) if payload.strip() else {}
+        filter_, seq, keep = req.get("filter") or None, req.get("seq", 0), req.get("keep", 0)
+        if filter_ is not None and not isinstance(filter_, str):
+            raise errors.invalid_json("purge filter must be a string")
+        if not _is_count(seq) or not _is_count(keep):
+            raise errors.invalid_json("purge seq and keep must be non-negative integers")
+        return {"success": True, "purged": self.engine.purge(name, filter_, seq, keep)}
+
+    def _msg_get(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
+        stream = self.engine.stream(_token(tokens, 3))
+        if not payload.strip():
+            raise errors.bad_request()
+        req = _json(payload, {"seq", "last_by_subj", "next_by_subj", "start_time", "no_hdr", "batch", "max_bytes", "multi_last", "up_to_seq", "up_to_time"})
+        msg = _lookup(stream, req)
+        message: dict[str, Any] = {"subject": msg.subject, "seq": msg.seq}
+        if msg.headers and not req.get("no_hdr"):
+            message["hdrs"] = base64.b64encode(p.encode_headers(msg.headers)).decode()
+        if msg.data:
+            message["data"] = base64.b64encode(msg.data).decode()
+        message["time"] = rfc3339(msg.ts)
+        return {"message": message}
+
+    def _msg_delete(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
+        name = _token(tokens, 3)
+        if not payload.strip():
+            raise errors.bad_request()
+        req = _json(payload, {"seq", "no_erase"})
+        seq = req.get("seq", 0)
+        if not _is_count(seq) or seq == 0:
+            raise errors.bad_request("a message sequence must be a positive integer")
+        self.engine.delete_message(name, seq, erase=not req.get("no_erase", False))
+        return {"success": True}
+
+    # -- direct get ---------------------------------------------------------------------------
+
+    def _direct_get(self, tokens: list[str], reply: bytes | None, payload: bytes) -> bool:
+        """`DIRECT.GET.<stream>` with a JSON request, or `DIRECT.GET.<stream>.<subject>` (last on it)."""
+        try:
+            stream = self.engine.stream(tokens[2])
+        except JetStreamError:
+            return False
+        if not stream.config.allow_direct:
+            return False
+        if not reply:
+            return True
+        if len(tokens) > 3:
+            req: dict[str, Any] = {"last_by_subj": ".".join(tokens[3:])}
+            if payload.strip():
+                extra = _loads_or_none(payload)
+                if not isinstance(extra, dict) or set(extra) - {"no_hdr", "max_bytes"}:
+                    self.server.reply(reply, b"", p.status_headers(408, "Bad Request"))
+                    return True
+                req |= extra
+        else:
+            if not payload.strip():
+                self.server.reply(reply, b"", p.status_headers(408, "Empty Request"))
+                return True
+            req = _loads_or_none(payload)
+            if not isinstance(req, dict):
+                self.server.reply(reply, b"", p.status_headers(408, "Malformed Request"))
+                return True
+        try:
+            msgs = _direct_lookup(stream, req)
+        except JetStreamError as exc:
+            status = p.status_headers(404, "Message Not Found") if exc.code == 404 else p.status_headers(408, "Bad Request")
+            self.server.reply(reply, b"", status)
+            return True
+        batch = len(msgs) > 1 or "batch" in req
+        for i, msg in enumerate(msgs):
+            headers = {} if req.get("no_hdr") else dict(msg.headers or {})
+            if not req.get("no_hdr"):
+                headers |= {
+                    "Nats-Stream": [stream.name],
+                    "Nats-Subject": [msg.subject],
+                    "Nats-Sequence": [str(msg.seq)],
+                    "Nats-Time-Stamp": [rfc3339(msg.ts)],
+                }
+                if batch:
+                    headers["Nats-Num-Pending"] = [str(len(msgs) - i - 1)]
+                    headers["Nats-Last-Sequence"] = [str(msgs[i - 1].seq if i else 0)]
+            self.server.reply(reply, msg.data, p.encode_headers(headers) if headers else None)
+        if batch:
+            last = msgs[-1].seq if msgs else 0
+            self.server.reply(reply, b"", p.status_headers(204, "EOB", {"Nats-Num-Pending": "0", "Nats-Last-Sequence": str(last)}))
+        return True
+
+    # -- consumers ----------------------------------------------------------------------------
+
+    def _consumer_create(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
+        req = _json(payload, {"stream_name", "config", "action", "pedantic"})
+        config = req.get("config")
+        if not isinstance(config, dict):
+            raise errors.JetStreamError(400, 10078, "consumer config required")
+        config = dict(config)
+        durable = config.get("durable_name") or ""
+        if tokens[1] == "DURABLE":  # CONSUMER.DURABLE.CREATE.<stream>.<durable>
+            if len(tokens) != 5:
+                raise errors.JetStreamError(400, 10016, "consumer expected to be durable but no durable name set in subject")
+            stream, name = tokens[3], tokens[4]
+            if not durable:
+                raise errors.JetStreamError(400, 10018, "consumer expected to be durable but a durable name was not set")
+            if durable != name:
+                raise errors.JetStreamError(400, 10017, "consumer name in subject does not match durable name in request")
+            filtered = ""
+        elif len(tokens) == 3:  # legacy ephemeral: CONSUMER.CREATE.<stream>
+            stream, name, filtered = tokens[2], config.get("name") or "", ""
+            if durable:
+                raise errors.JetStreamError(400, 10020, "consumer expected to be ephemeral but a durable name was set in request")
+        else:  # CONSUMER.CREATE.<stream>.<consumer>[.<filter>]
+            stream, name, filtered = tokens[2], tokens[3], ".".join(tokens[4:])
+            if durable and durable != name:
+                raise errors.JetStreamError(400, 10017, "consumer name in subject does not match durable name in request")
+        if req.get("stream_name") != stream:
+            raise errors.stream_mismatch()
+        if "/" in name or "\\" in name:
+            raise errors.JetStreamError(400, 10127, "Consumer name can not contain path separators")
+        if name:
+            config["name"] = name
+        if filtered and config.get("filter_subjects"):
+            raise errors.JetStreamError(400, 10137, "consumer with multiple subject filters cannot use subject based API")
+        if filtered and config.get("filter_subject") != filtered:
+            raise errors.JetStreamError(400, 10131, "Consumer create request did not match filtered subject from create subject")
+        return self._create_or_update(stream, name, config, req.get("action") or "")
+
+    def _create_or_update(self, stream: str, name: str, config: dict[str, Any], action: str) -> dict[str, Any]:
+        if action not in ("", "create", "update"):
+            raise errors.invalid_json(f"unknown consumer action {action!r}")
+        target = self.engine.stream(stream)
+        exists = bool(name) and name in target.consumers
+        if action == "update" and not exists:
+            raise errors.JetStreamError(400, 10149, "consumer does not exist")
+        if exists and action != "create":
+            info = self.engine.update_consumer(stream, name, config)
+            created = False
+        else:
+            info, created = self.engine.add_consumer(stream, config)
+        consumer = target.consumers.get(info["name"])
+        if consumer is not None and consumer.config.deliver_subject:
+            loop = self.server.loop
+            if loop is not None:
+                loop.call_soon_threadsafe(self.push.ensure, stream, consumer)
+        if created:
+            self.advisories_later(lambda: self.advisories.consumer_action(stream, info["name"], "create"))
+        return info
+
+    def _consumer_info(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
+        _empty(payload)
+        return self.engine.consumer_info(_token(tokens, 2), _token(tokens, 3))
+
+    def _consumer_delete(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
+        stream, name = _token(tokens, 2), _token(tokens, 3)
+        _empty(payload)
+        self.engine.delete_consumer(stream, name)
+        self.advisories_later(lambda: self.advisories.consumer_action(stream, name, "delete"))
+        return {"success": True}
+
+    def _consumer_names(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
+        req = _json(payload, {"offset"}) if payload.strip() else {}
+        offset = _offset(req)
+        target = self.engine.stream(_token(tokens, 2))
+        names = sorted(target.consumers)
+        return {"total": len(names), "offset": offset, "limit": NAMES_LIMIT, "consumers": names[offset : offset + NAMES_LIMIT]}
+
+    def _consumer_list(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
+        req = _json(payload, {"offset"}) if payload.strip() else {}
+        page = self.engine.list_consumers(_token(tokens, 2), _offset(req), LIST_LIMIT)
+        return {"total": page["total"], "offset": page["offset"], "limit": LIST_LIMIT, "consumers": page["consumers"]}
+
+    # -- acks ---------------------------------------------------------------------------------
+
+    def _ack(self, conn: Connection, subject: str, reply: bytes | None, payload: bytes) -> bool:
+        """`$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>` (or the v2 form)."""
+        tokens = subject.split(".")
+        if len(tokens) == 9:
+            stream, consumer, delivered, seq = tokens[2], tokens[3], tokens[4], tokens[5]
+        elif len(tokens) >= 11:
+            stream, consumer, delivered, seq = tokens[4], tokens[5], tokens[6], tokens[7]
+        else:
+            return False
+        if not seq.isdigit() or not delivered.isdigit():
+            return False
+        try:
+            target = self.engine.consumers.get(self.engine.stream(stream), consumer)
+        except JetStreamError:
+            return False
+        body = payload.strip()
+        kind, delay, reason, next_request = "ack", 0, "", None
+        if not body or body in (b"+ACK", b"+OK"):
+            pass
+        elif body.startswith(_NAK):
+            kind, delay = "nak", _nak_delay(body[len(_NAK) :].strip())
+            self.advisories.naked(stream, consumer, int(seq), int(delivered))
+        elif body == b"+WPI":
+            kind = "wpi"
+        elif body.startswith(b"+TERM"):
+            kind, reason = "term", body[5:].strip().decode("utf-8", "replace")
+        elif body.startswith(b"+NXT"):
+            next_request = body[4:].strip()
+        else:
+            return True  # an unknown ack payload is ignored, as nats-server does
+        if target.ack_none:
+            return True
+        ack = Ack(stream, consumer, int(seq), kind, delay, None if next_request is not None else reply, reason, int(delivered))
+        self.server.writes.ack(conn, ack)
+        if next_request is not None and reply:
+            self.pulls.request(stream, consumer, reply, next_request)
+        return True
+
+
+def _token(tokens: list[str], i: int) -> str:
+    if len(tokens) <= i or not tokens[i]:
+        raise errors.bad_request()
+    return tokens[i]
+
+
+def _loads_or_none(payload: bytes) -> Any:
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _json(payload: bytes, fields: set[str] | None = None) -> dict[str, Any]:
+    """A request's JSON object; unknown fields are refused as nats-server's strict decoder refuses them."""
+    try:
+        value = orjson.loads(payload) if payload.strip() else {}
+    except orjson.JSONDecodeError as exc:
+        raise errors.invalid_json(str(exc)) from None
+    if not isinstance(value, dict):
+        raise errors.invalid_json("json: cannot unmarshal into a request object")
+    if fields is not None:
+        unknown = set(value) - fields
+        if unknown:
+            raise errors.invalid_json(f'json: unknown field "{sorted(unknown)[0]}"')
+    return value
+
+
+def _empty(payload: bytes) -> None:
+    if payload.strip() not in (b"", b"{}"):
+        raise errors.JetStreamError(400, 10038, "expected an empty request payload")
+
+
+def _offset(req: dict[str, Any]) -> int:
+    offset = req.get("offset", 0)
+    if not _is_count(offset):
+        raise errors.invalid_json("offset must be a non-negative integer")
+    return offset
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
+
+
+def _lookup(stream: Any, req: dict[str, Any]) -> StoredMessage:
+    """STREAM.MSG.GET's forms: by sequence, last on a subject, next on a subject from a sequence."""
+    seq = req.get("seq", 0)
+    if not _is_count(seq):
+        raise errors.bad_request()
+    if req.get("last_by_subj"):
+        if seq or req.get("next_by_subj"):
+            raise errors.bad_request()
+        return stream.last_by_subject(req["last_by_subj"])
+    if req.get("next_by_subj"):
+        return stream.next_by_subject(req["next_by_subj"], seq)
+    if req.get("start_time"):
+        from engine.info import parse_rfc3339
+
+        found = stream.index.seq_at_or_after_time(parse_rfc3339(req["start_time"]))
+        if not found:
+            raise errors.NoMessageFoundError()
+        return stream.get(found)
+    if seq:
+        return stream.get(seq)
+    raise errors.bad_request()
+
+
+def _direct_lookup(stream: Any, req: dict[str, Any]) -> list[StoredMessage]:
+    """DIRECT.GET: one message as MSG.GET finds it, or with `batch` up to that many from it on."""
+    first = _lookup(stream, req)
+    batch = req.get("batch", 0)
+    if not _is_count(batch) or batch <= 1:
+        return [first]
+    subject = req.get("next_by_subj") or ">"
+    msgs = [first]
+    while len(msgs) < batch:
+        try:
+            msgs.append(stream.next_by_subject(subject, msgs[-1].seq + 1))
+        except JetStreamError:
+            break
+    return msgs
+
+
+def _nak_delay(text: bytes) -> int:
+    """`-NAK {"delay": ns}` or `-NAK <go duration>`; anything else is an immediate redelivery."""
+    if not text:
+        return 0
+    if text.startswith(b"{"):
+        value = _loads_or_none(text)
+        delay = value.get("delay", 0) if isinstance(value, dict) else 0
+        return delay if isinstance(delay, int) and not isinstance(delay, bool) and delay > 0 else 0
+    return _go_duration_ns(text.decode("ascii", "replace"))
+
+
+_UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": NS, "m": 60 * NS, "h": 3600 * NS}
+_GO_DURATION = re.compile(r"((?:\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h))+")
+_GO_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+
+
+def _go_duration_ns(text: str) -> int:
+    """Go's time.ParseDuration for the positive forms a -NAK carries (`5s`, `1m30s`, `250ms`); 0 if not one."""
+    if not _GO_DURATION.fullmatch(text):
+        return 0
+    return int(sum(float(number) * _UNITS[unit] for number, unit in _GO_PART.findall(text)))

@@ -1,0 +1,192 @@
+"""Pull requests: `$JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>` served as nats-server serves them.
+
+A request (empty = one message, a number, or `{"batch","expires","max_bytes","no_wait",
+"idle_heartbeat"}`) waits on the consumer until its batch is delivered to its reply inbox, its
+`expires` runs out (`408 Request Timeout`), or — with `no_wait` — the stream runs dry (`404 No
+Messages`); it sends `100 Idle Heartbeat` while idle, `409 Message Size Exceeds MaxBytes` or `409
+Batch Completed` around `max_bytes`, `409 Consumer Deleted` when the consumer goes, and stops when
+nobody listens on its inbox any more. Each request is a task that fetches from the engine (on the
+loop when it needs no waiting) and sleeps on the stream's waiters between fetches.
+Counterpart: server/consumer.go (processNextMsgRequest, nextReqFromMsg, processWaiting).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from api.nats import protocol as p
+from api.nats.delivery import ack_prefix, frames, send_frames, send_status
+from engine import JetStreamError
+from engine.consumer import Consumer, Delivery
+from engine.consumer_config import go_duration
+
+if TYPE_CHECKING:
+    from api.nats.jsapi import JetStreamApi
+
+NS = 1_000_000_000
+INTEREST_CHECK = 1.0
+_FIELDS = {"batch", "expires", "max_bytes", "no_wait", "idle_heartbeat", "group", "min_pending", "min_ack_pending", "id", "priority"}
+
+
+class BadPull(ValueError):
+    """A request nats-server answers with `400 Bad Request - <reason>`."""
+
+
+@dataclass(slots=True)
+class PullRequest:
+    batch: int = 1
+    expires: int = 0
+    max_bytes: int = 0
+    no_wait: bool = False
+    heartbeat: int = 0
+
+
+def parse_request(body: bytes) -> PullRequest:
+    """nextReqFromMsg: empty is one message, a number is a batch, else the JSON request."""
+    text = body.strip()
+    if not text:
+        return PullRequest()
+    if text[:1] == b"{":
+        try:
+            raw = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            raise BadPull(str(exc)) from None
+        if not isinstance(raw, dict):
+            raise BadPull("json: cannot unmarshal into Go value of type server.JSApiConsumerGetNextRequest")
+        req = PullRequest(
+            batch=_int(raw, "batch"), expires=_int(raw, "expires"), max_bytes=_int(raw, "max_bytes"),
+            no_wait=bool(raw.get("no_wait", False)), heartbeat=_int(raw, "idle_heartbeat"),
+        )
+        if req.heartbeat > 0 and req.heartbeat * 2 > req.expires:
+            raise BadPull("heartbeat value too large")
+        return req
+    try:
+        return PullRequest(batch=int(text))
+    except ValueError:
+        return PullRequest()
+
+
+def _int(raw: dict[str, Any], key: str) -> int:
+    value = raw.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadPull(f"json: cannot unmarshal {type(value).__name__} into Go struct field .{key} of type int")
+    return value
+
+
+class Pulls:
+    """Every waiting pull request of the door."""
+
+    def __init__(self, api: JetStreamApi) -> None:
+        self.api = api
+        self.server = api.server
+        self.engine = api.server.engine
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def request(self, stream: str, consumer: str, reply: bytes | None, body: bytes) -> bool:
+        """A MSG.NEXT; False when the stream or consumer is missing (the client gets no responders)."""
+        try:
+            target = self.engine.consumers.get(self.engine.stream(stream), consumer)
+        except JetStreamError:
+            return False
+        if not reply:
+            return True
+        inbox = reply.decode("utf-8", "surrogateescape")
+        status = self._refusal(target, body)
+        if isinstance(status, bytes):
+            if status:
+                send_status(self.server, inbox, status)
+            return True
+        task = asyncio.get_running_loop().create_task(self._serve(stream, target, inbox, status))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return True
+
+    def _refusal(self, target: Consumer, body: bytes) -> bytes | PullRequest:
+        """The status that refuses a request at once, or the parsed request."""
+        config = target.config
+        if config.deliver_subject:
+            return p.PUSH_BASED
+        try:
+            req = parse_request(body)
+        except BadPull as exc:
+            return p.status_headers(400, f"Bad Request - {exc}")
+        if req.batch <= 0:
+            req.batch = 1
+        if config.max_batch and req.batch > config.max_batch:
+            return p.status_headers(409, f"Exceeded MaxRequestBatch of {config.max_batch}")
+        if config.max_expires and req.expires > config.max_expires:
+            return p.status_headers(409, f"Exceeded MaxRequestExpires of {go_duration(config.max_expires)}")
+        if config.max_bytes and req.max_bytes > config.max_bytes:
+            return p.status_headers(409, f"Exceeded MaxRequestMaxBytes of {config.max_bytes}")
+        if target.waiting >= (config.max_waiting or 512):
+            return b"" if req.heartbeat else p.EXCEEDED_MAX_WAITING  # a request with heartbeats waits for them to stop
+        return req
+
+    async def _serve(self, stream: str, target: Consumer, inbox: str, req: PullRequest) -> None:
+        prefix = ack_prefix(stream, target.name)
+        headers_only = bool(target.config.headers_only)
+        started = time.monotonic()
+        deadline = started + req.expires / NS if req.expires else None
+        heartbeat = req.heartbeat / NS
+        last_sent = started
+        left, budget, delivered = req.batch, req.max_bytes, 0
+        target.waiting += 1
+        try:
+            while True:
+                if target.deleted:
+                    send_status(self.server, inbox, p.CONSUMER_DELETED)
+                    return
+                if not self.server.sublist.has_interest(inbox):
+                    return
+                try:
+                    got = await self.api.fetch(stream, target.name, left, budget)
+                except JetStreamError as exc:
+                    if exc.code == 409:  # the next message is larger than the request's max_bytes
+                        send_status(self.server, inbox, p.pending_status(409, "Message Size Exceeds MaxBytes", left, budget))
+                    elif exc.code == 404:
+                        send_status(self.server, inbox, p.CONSUMER_DELETED)
+                    return
+                if got:
+                    if not send_frames(self.server, inbox, frames(got, prefix, headers_only)):
+                        return  # the deliveries stay pending and are redelivered after ack_wait, as in nats-server
+                    last_sent = time.monotonic()
+                    delivered += len(got)
+                    left -= len(got)
+                    if req.max_bytes:
+                        budget -= _bytes(got)
+                    if left <= 0:
+                        if req.max_bytes and budget > 0:
+                            send_status(self.server, inbox, p.pending_status(409, "Batch Completed", 0, budget))
+                        return
+                    if req.max_bytes and (budget <= 0 or target.budget_exhausted):
+                        if budget > 0:
+                            send_status(self.server, inbox, p.pending_status(409, "Message Size Exceeds MaxBytes", left, budget))
+                        return
+                if req.no_wait and (not req.expires or delivered):
+                    send_status(self.server, inbox, p.NO_MESSAGES)
+                    return
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    send_status(self.server, inbox, p.pending_status(408, "Request Timeout", left, budget))
+                    return
+                if heartbeat and now - last_sent >= heartbeat:
+                    st = target.state
+                    send_status(self.server, inbox, p.idle_heartbeat(st.delivered_consumer_seq, st.delivered_stream_seq))
+                    last_sent = now
+                wait = INTEREST_CHECK
+                if deadline is not None:
+                    wait = min(wait, deadline - now)
+                if heartbeat:
+                    wait = min(wait, last_sent + heartbeat - now)
+                await self.api.waiters.wait(stream, max(min(wait, self.api.redelivery_wait(target)), 0.0005))
+        finally:
+            target.waiting -= 1
+
+
+def _bytes(got: list[Delivery]) -> int:
+    return sum(d.size for d in got)

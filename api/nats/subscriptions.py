@@ -1,0 +1,151 @@
+"""Core NATS interest: subscriptions and the sublist that matches a subject to them.
+
+Literal subscriptions (inboxes, deliver subjects: most of them) sit in a dict; wildcard ones in a
+token trie. A match result — the plain subscribers and the queue groups — is cached per literal
+subject, and a change of interest drops only the cached subjects it can affect, so a publish to a
+hot subject is one dict lookup. Counterpart: server/sublist.go.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from engine.subjects import FWC, PWC, is_literal, subject_matches
+
+if TYPE_CHECKING:
+    from api.nats.connection import Connection
+
+CACHE_SIZE = 4096
+
+
+class Subscription:
+    """One SUB of one connection; `max` is UNSUB's auto-unsubscribe count (0: none)."""
+
+    __slots__ = ("conn", "subject", "queue", "sid", "max", "delivered")
+
+    def __init__(self, conn: Connection, subject: str, queue: str | None, sid: bytes) -> None:
+        self.conn = conn
+        self.subject = subject
+        self.queue = queue
+        self.sid = sid
+        self.max = 0
+        self.delivered = 0
+
+
+@dataclass(slots=True)
+class Match:
+    """Who receives a message on one subject: every plain subscriber, one member of each queue group."""
+
+    plain: tuple[Subscription, ...] = ()
+    groups: tuple[tuple[Subscription, ...], ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.plain or self.groups)
+
+
+@dataclass(slots=True)
+class _Node:
+    children: dict[str, _Node] = field(default_factory=dict)
+    subs: list[Subscription] = field(default_factory=list)
+
+
+_EMPTY = Match()
+
+
+class Sublist:
+    def __init__(self) -> None:
+        self._literal: dict[str, list[Subscription]] = {}
+        self._root = _Node()
+        self._wildcards = 0
+        self._cache: dict[str, Match] = {}
+        self.count = 0
+
+    def insert(self, sub: Subscription) -> None:
+        self.count += 1
+        if is_literal(sub.subject):
+            self._literal.setdefault(sub.subject, []).append(sub)
+            self._cache.pop(sub.subject, None)
+            return
+        node = self._root
+        for token in sub.subject.split("."):
+            node = node.children.setdefault(token, _Node())
+        node.subs.append(sub)
+        self._wildcards += 1
+        self._forget_matching(sub.subject)
+
+    def remove(self, sub: Subscription) -> None:
+        if is_literal(sub.subject):
+            subs = self._literal.get(sub.subject)
+            if subs is None or sub not in subs:
+                return
+            subs.remove(sub)
+            if not subs:
+                del self._literal[sub.subject]
+            self._cache.pop(sub.subject, None)
+            self.count -= 1
+            return
+        path = [self._root]
+        for token in sub.subject.split("."):
+            child = path[-1].children.get(token)
+            if child is None:
+                return
+            path.append(child)
+        if sub not in path[-1].subs:
+            return
+        path[-1].subs.remove(sub)
+        self.count -= 1
+        self._wildcards -= 1
+        tokens = sub.subject.split(".")
+        for depth in range(len(tokens), 0, -1):  # prune empty branches
+            node = path[depth]
+            if node.subs or node.children:
+                break
+            del path[depth - 1].children[tokens[depth - 1]]
+        self._forget_matching(sub.subject)
+
+    def _forget_matching(self, pattern: str) -> None:
+        for subject in [s for s in self._cache if subject_matches(pattern, s)]:
+            del self._cache[subject]
+
+    def match(self, subject: str) -> Match:
+        found = self._cache.get(subject)
+        if found is not None:
+            return found
+        subs = list(self._literal.get(subject, ()))
+        if self._wildcards:
+            _collect(self._root, subject.split("."), 0, subs)
+        found = _group(subs) if subs else _EMPTY
+        if len(self._cache) >= CACHE_SIZE:
+            self._cache.clear()
+        self._cache[subject] = found
+        return found
+
+    def has_interest(self, subject: str) -> bool:
+        return bool(self.match(subject))
+
+
+def _collect(node: _Node, tokens: list[str], i: int, out: list[Subscription]) -> None:
+    if i == len(tokens):
+        out.extend(node.subs)
+        return
+    fwc = node.children.get(FWC)
+    if fwc is not None:
+        out.extend(fwc.subs)
+    token = tokens[i]
+    if token != PWC and token != FWC:  # a published `*` or `>` is a literal token that only wildcards match
+        child = node.children.get(token)
+        if child is not None:
+            _collect(child, tokens, i + 1, out)
+    pwc = node.children.get(PWC)
+    if pwc is not None:
+        _collect(pwc, tokens, i + 1, out)
+
+
+def _group(subs: list[Subscription]) -> Match:
+    plain = tuple(s for s in subs if s.queue is None)
+    queues: dict[str, list[Subscription]] = {}
+    for s in subs:
+        if s.queue is not None:
+            queues.setdefault(s.queue, []).append(s)
+    return Match(plain, tuple(tuple(members) for members in queues.values()))

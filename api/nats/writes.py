@@ -1,0 +1,208 @@
+"""A connection's JetStream writes — publishes to streams and acks — applied in the order it sent them.
+
+Everything one read of a connection brings is collected, then applied at the end of the read: on the
+event loop when the engine needs no waiting (`publish_nowait`, `ack_nowait`: no thread hand-off on
+the hot path), else in a worker thread. While a batch is in a thread, later writes of the connection
+queue behind it, so a client's messages are stored in the order it published them; past
+`MAX_QUEUED` queued writes the connection stops being read until the engine catches up (nats-server
+bounds its ingest queue the same way). Answers — PubAcks, double-ack replies — follow each batch.
+Counterpart: the ingest path of server/stream.go (processInboundJetStreamMsg) and consumer.go
+(processAck).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from api.nats import protocol as p
+from engine import InboundMessage, JetStreamError, PubAck
+from engine.messages import PublishResult
+
+if TYPE_CHECKING:
+    from api.nats.connection import Connection
+    from engine import JetStream
+    from api.nats.server import NatsServer
+
+log = logging.getLogger(__name__)
+
+MAX_QUEUED = 20_000
+
+
+@dataclass(slots=True)
+class Ack:
+    """One `$JS.ACK` message: what to apply, and where the double-ack reply goes."""
+
+    stream: str
+    consumer: str
+    seq: int
+    kind: str
+    delay: int
+    reply: bytes | None
+    reason: str = ""
+    deliveries: int = 0
+
+
+class _Queue:
+    __slots__ = ("items", "busy", "paused")
+
+    def __init__(self) -> None:
+        self.items: list[tuple[InboundMessage, bytes | None] | Ack] = []
+        self.busy = False
+        self.paused = False
+
+
+class Writes:
+    def __init__(self, server: NatsServer) -> None:
+        self.server = server
+        self.engine = server.engine
+        self._queues: dict[int, _Queue] = {}
+
+    def _queue(self, conn: Connection) -> _Queue:
+        queue = self._queues.get(conn.cid)
+        if queue is None:
+            queue = self._queues[conn.cid] = _Queue()
+        return queue
+
+    def publish(self, conn: Connection, subject: str, reply: bytes | None, hdr: bytes | None, payload: bytes) -> None:
+        headers = None
+        if hdr is not None:
+            try:
+                _, headers = p.decode_headers(hdr)  # a status line is never stored
+            except ValueError:
+                headers = None
+        self._queue(conn).items.append((InboundMessage(subject, payload, headers), reply))
+
+    def ack(self, conn: Connection, ack: Ack) -> None:
+        self._queue(conn).items.append(ack)
+
+    def forget(self, conn: Connection) -> None:
+        queue = self._queues.get(conn.cid)
+        if queue is not None and not queue.busy:
+            del self._queues[conn.cid]
+
+    def submit(self, conn: Connection) -> None:
+        """Applies what the last read of `conn` brought (unless a batch of it is still in a thread)."""
+        queue = self._queues.get(conn.cid)
+        if queue is None or not queue.items:
+            return
+        if queue.busy:
+            if len(queue.items) > MAX_QUEUED and not queue.paused and conn.transport is not None:
+                queue.paused = True
+                conn.transport.pause_reading()
+            return
+        items, queue.items = queue.items, []
+        runs = _runs(items)
+        done = 0
+        for run in runs:
+            if not self._apply_now(run):
+                break
+            done += 1
+        if done < len(runs):
+            queue.busy = True
+            rest = runs[done:]
+            loop = asyncio.get_running_loop()
+            future = loop.run_in_executor(None, self._apply_all, rest)
+            future.add_done_callback(lambda f: self._applied(conn, queue, f))
+        elif conn.closed:
+            self._queues.pop(conn.cid, None)
+
+    def _applied(self, conn: Connection, queue: _Queue, future: asyncio.Future[list[Any]]) -> None:
+        queue.busy = False
+        try:
+            answers = future.result()
+        except Exception:  # noqa: BLE001 - the engine failed as a whole: every write of the batch is refused
+            log.exception("applying a connection's JetStream writes failed")
+            answers = []
+        for answer in answers:
+            answer()
+        if queue.paused and conn.transport is not None and not conn.closed:
+            queue.paused = False
+            conn.transport.resume_reading()
+        if conn.closed and not queue.items:
+            self._queues.pop(conn.cid, None)
+            return
+        self.submit(conn)
+
+    # -- one run of publishes or of acks --------------------------------------------------------
+
+    def _apply_now(self, run: list[Any]) -> bool:
+        """Applies a run on the loop if the engine can do it without waiting; False: it needs a thread."""
+        if isinstance(run[0], Ack):
+            try:
+                results = self.engine.ack_nowait(run[0].stream, run[0].consumer, [(a.seq, a.kind, a.delay) for a in run])
+            except JetStreamError as exc:
+                results = [exc] * len(run)
+            if results is None:
+                return False
+            self._answer_acks(run, results)
+            return True
+        messages = [m for m, _ in run]
+        results = self.engine.publish_nowait(messages)
+        if results is None:
+            return False
+        self._answer_publishes(run, results)
+        return True
+
+    def _apply_all(self, runs: list[list[Any]]) -> list[Any]:
+        """In a worker thread: applies the runs in order; returns the answers to send on the loop."""
+        answers: list[Any] = []
+        for run in runs:
+            if isinstance(run[0], Ack):
+                results = self._ack_blocking(run)
+                answers.append(lambda run=run, results=results: self._answer_acks(run, results))
+            else:
+                try:
+                    results = self.engine.publish([m for m, _ in run])
+                except JetStreamError as exc:
+                    results = [exc] * len(run)
+                answers.append(lambda run=run, results=results: self._answer_publishes(run, results))
+        return answers
+
+    def _ack_blocking(self, run: list[Ack]) -> list[JetStreamError | None]:
+        try:
+            return self.engine.ack(run[0].stream, run[0].consumer, [(a.seq, a.kind, a.delay) for a in run])
+        except JetStreamError as exc:
+            return [exc] * len(run)
+
+    def _answer_publishes(self, run: list[tuple[InboundMessage, bytes | None]], results: list[PublishResult]) -> None:
+        send = self.server.reply
+        for (msg, reply), result in zip(run, results, strict=True):
+            if reply:
+                send(reply, puback_json(result, msg.subject, self.engine))
+
+    def _answer_acks(self, run: list[Ack], results: list[JetStreamError | None]) -> None:
+        for ack, result in zip(run, results, strict=True):
+            if ack.kind == "term" and result is None:
+                self.server.js.advisories.terminated(ack.stream, ack.consumer, ack.seq, ack.deliveries, ack.reason)
+            if ack.reply:
+                self.server.reply(ack.reply, b"")
+
+
+def puback_json(result: PublishResult, subject: str, engine: JetStream) -> bytes:
+    """nats-server's PubAck, or its error form `{"error": {...}, "stream": S, "seq": 0}`."""
+    if type(result) is PubAck:
+        if result.duplicate:
+            return b'{"stream":%b,"seq":%d,"duplicate":true}' % (orjson.dumps(result.stream), result.seq)
+        return b'{"stream":%b,"seq":%d}' % (orjson.dumps(result.stream), result.seq)
+    assert isinstance(result, JetStreamError)
+    stream = engine.stream_for_subject(subject)
+    return orjson.dumps({"error": result.to_dict(), "stream": stream.name if stream else "", "seq": 0})
+
+
+def _runs(items: list[Any]) -> list[list[Any]]:
+    """Consecutive publishes, and consecutive acks of one consumer, each a run."""
+    runs: list[list[Any]] = []
+    last_key: Any = None
+    for item in items:
+        key = (item.stream, item.consumer) if type(item) is Ack else None
+        if runs and key == last_key:
+            runs[-1].append(item)
+        else:
+            runs.append([item])
+            last_key = key
+    return runs
