@@ -22,7 +22,7 @@ import orjson
 
 from api.nats import protocol as p
 from api.nats.advisories import Advisories
-from api.nats.errors import api_error, error_body
+from api.nats.errors import api_error, error_body, go_json_error
 from api.nats.pull import Pulls
 from api.nats.push import PushConsumers
 from api.nats.writes import Ack
@@ -159,8 +159,7 @@ class JetStreamApi:
                 else:
                     self._answer(reply, kind, handler, tokens, payload)
                 return True
-        self.errors += 1
-        self.server.reply(reply, orjson.dumps({"type": TYPE + "system_response", "error": errors.bad_request().to_dict()}))
+        log.warning("unknown JetStream API request $JS.API.%s: not answered, as nats-server", ".".join(tokens)[:200])
         return True
 
     def _answer(self, reply: bytes, kind: str, handler: Handler, tokens: list[str], payload: bytes) -> None:
@@ -354,9 +353,9 @@ class JetStreamApi:
 
     def _consumer_create(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
         req = _json(payload, {"stream_name", "config", "action", "pedantic"})
-        config = req.get("config")
+        config = req.get("config") or {}
         if not isinstance(config, dict):
-            raise errors.JetStreamError(400, 10078, "consumer config required")
+            raise errors.invalid_json("json: cannot unmarshal into Go struct field CreateConsumerRequest.config")
         config = dict(config)
         durable = config.get("durable_name") or ""
         if tokens[1] == "DURABLE":  # CONSUMER.DURABLE.CREATE.<stream>.<durable>
@@ -491,7 +490,7 @@ def _json(payload: bytes, fields: set[str] | None = None) -> dict[str, Any]:
     try:
         value = orjson.loads(payload) if payload.strip() else {}
     except orjson.JSONDecodeError as exc:
-        raise errors.invalid_json(str(exc)) from None
+        raise errors.invalid_json(go_json_error(exc, streaming=True)) from None
     if not isinstance(value, dict):
         raise errors.invalid_json("json: cannot unmarshal into a request object")
     if fields is not None:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from api.nats import protocol as p
+from api.nats.errors import go_json_error
 from api.nats.delivery import ack_prefix, frames, send_frames, send_status
 from engine import JetStreamError
 from engine.consumer import Consumer, Delivery
@@ -55,7 +56,7 @@ def parse_request(body: bytes) -> PullRequest:
         try:
             raw = orjson.loads(text)
         except orjson.JSONDecodeError as exc:
-            raise BadPull(str(exc)) from None
+            raise BadPull(go_json_error(exc)) from None
         if not isinstance(raw, dict):
             raise BadPull("json: cannot unmarshal into Go value of type server.JSApiConsumerGetNextRequest")
         req = PullRequest(

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from api.nats import protocol as p
+from api.nats.errors import wire_error
 from engine import InboundMessage, JetStreamError, PubAck
 from engine.messages import PublishResult
 
@@ -191,7 +192,7 @@ def puback_json(result: PublishResult, subject: str, engine: JetStream) -> bytes
         return b'{"stream":%b,"seq":%d}' % (orjson.dumps(result.stream), result.seq)
     assert isinstance(result, JetStreamError)
     stream = engine.stream_for_subject(subject)
-    return orjson.dumps({"error": result.to_dict(), "stream": stream.name if stream else "", "seq": 0})
+    return orjson.dumps({"error": wire_error(result), "stream": stream.name if stream else "", "seq": 0})
 
 
 def _runs(items: list[Any]) -> list[list[Any]]:
