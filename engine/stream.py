@@ -179,12 +179,24 @@ class Stream:
 
     def _process_group(self, group: PublishRequest, plain: bool, now: int, acc: _Accepted) -> PublishAnswer:
         if isinstance(group, PlainBatch):
-            if plain:
+            if plain or self._fits_whole(len(group), int(group.lengths().sum()) + sum(map(len, group.subjects))):
                 return self._store_columns(group, now, acc)
             group = group.messages()
-        if plain and all(m.headers is None for m in group):
+        if all(m.headers is None for m in group) and (
+            plain or self._fits_whole(len(group), sum(len(m.data) + len(m.subject) for m in group))
+        ):
             return self._store_plain(group, now, acc)
         return [self._publish_one(m, now, acc) for m in group]
+
+    def _fits_whole(self, count: int, nbytes: int) -> bool:
+        """Discard new with max_msgs/max_bytes: a run without headers that fits whole is stored as one
+        run (each message fits after the ones before it, so one by one would accept them all too)."""
+        c, ix = self.config, self.index
+        if c.sealed or c.retention == "interest" or c.discard != "new" or c.discard_new_per_subject:
+            return False
+        if c.max_msgs > 0 and ix.msgs + count > c.max_msgs:
+            return False
+        return c.max_bytes <= 0 or ix.bytes + nbytes + count * STORE_OVERHEAD <= c.max_bytes
 
     def _check_writable(self) -> None:
         if self.deleted:

@@ -148,3 +148,17 @@ def test_publish_failures_take_no_sequence(js: JetStream) -> None:
     full = js.publish_one("s", b"3")
     assert isinstance(full, JetStreamError) and (full.code, full.err_code) == (503, 10077)
     assert js.stream_info("S")["state"]["last_seq"] == 2
+
+
+@pytest.mark.parametrize("limit", [{"max_msgs": 5}, {"max_bytes": 5 * (len("s.a") + 2 + 16)}])
+def test_discard_new_run_without_headers_stored_whole_or_refused_as_one_by_one(js: JetStream, limit: dict[str, int]) -> None:
+    from engine import InboundMessage
+
+    js.add_stream({"name": "S", "subjects": ["s.>"], "discard": "new", **limit})
+    first = js.publish([InboundMessage("s.a", b"%02d" % i) for i in range(3)])  # fits whole: one run
+    assert [_ack(r).seq for r in first] == [1, 2, 3]
+    second = js.publish([InboundMessage("s.a", b"%02d" % i) for i in range(3, 6)])  # does not: one by one
+    assert [type(r).__name__ for r in second] == ["PubAck", "PubAck", "JetStreamError"]
+    assert isinstance(second[2], JetStreamError) and second[2].err_code == 10077
+    state = js.stream_info("S")["state"]
+    assert (state["messages"], state["last_seq"]) == (5, 5)
