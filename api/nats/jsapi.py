@@ -103,6 +103,15 @@ class JetStreamApi:
             self.push.ensure_all()
             await asyncio.sleep(HOUSEKEEPING)
 
+    def acks_applied(self, stream: str, consumer: str) -> None:
+        """Acks free room under max_ack_pending: pulls waiting on the consumer try again now."""
+        try:
+            target = self.engine.stream(stream).consumers.get(consumer)
+        except JetStreamError:
+            return
+        if target is not None and target.waiting:
+            self.waiters.wake_threadsafe(stream)
+
     def interest_changed(self, subject: str) -> None:
         self.push.interest_changed(subject)
 

@@ -191,8 +191,9 @@ class NatsServer:
         return self.route(None, subject.encode(), subject, reply.encode() if reply else None, hdr, payload)
 
     def reply(self, reply: bytes | None, payload: bytes, hdr: bytes | None = None) -> None:
+        """An answer to a request's reply subject (kept as the client's bytes: no re-encoding)."""
         if reply:
-            self.send(reply.decode("utf-8", "surrogateescape"), payload, hdr)
+            self.route(None, reply, reply.decode("utf-8", "surrogateescape"), None, hdr, payload)
 
     def no_responders(self, origin: Connection, subject: str, reply: bytes) -> None:
         """The 503 status to the publisher's own subscription on the reply subject (none: nothing)."""
