@@ -106,4 +106,16 @@ else
   rmdir "$build"
 fi
 
+# The nats CLI (natscli v0.5.0) for the NATS door's tests and bench/nats_protocol.py, built with Go.
+NATSCLI_VERSION="v0.5.0"
+if [[ -x "$VENV/bin/nats" ]] && "$VENV/bin/nats" --version 2>/dev/null | grep -qx "$NATSCLI_VERSION"; then
+  say "have nats CLI $NATSCLI_VERSION"
+elif command -v go >/dev/null; then
+  say "building the nats CLI $NATSCLI_VERSION with Go (a few minutes the first time)"
+  GOBIN="$VENV/bin" go install "github.com/nats-io/natscli/nats@$NATSCLI_VERSION" \
+    || say "building the nats CLI failed; its tests will be skipped"
+else
+  say "Go not found: the nats CLI is not built; its tests (tests/nats/test_cli.py) will be skipped"
+fi
+
 say "done (.venv ready, jars in .venv/jars)"
