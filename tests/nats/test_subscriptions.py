@@ -1,0 +1,61 @@
+"""The sublist: literal and wildcard interest, queue groups, and a cache that never answers stale."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from api.nats.subscriptions import Sublist, Subscription
+
+
+def _sub(subject: str, queue: str | None = None, sid: bytes = b"1") -> Subscription:
+    return Subscription(None, subject, queue, sid)  # type: ignore[arg-type]
+
+
+def _subjects(match: Any) -> list[str]:
+    return sorted([s.subject for s in match.plain] + [s.subject + "@" + (s.queue or "") for g in match.groups for s in g])
+
+
+def test_literal_and_wildcard_matches() -> None:
+    sl = Sublist()
+    for subject in ("a.b", "a.*", "a.>", ">", "*.b", "a.b.c", "x"):
+        sl.insert(_sub(subject))
+    assert _subjects(sl.match("a.b")) == sorted(["a.b", "a.*", "a.>", ">", "*.b"])
+    assert _subjects(sl.match("a.b.c")) == sorted(["a.>", ">", "a.b.c"])
+    assert _subjects(sl.match("a")) == [">"]
+    assert _subjects(sl.match("q.b")) == sorted([">", "*.b"])
+
+
+def test_published_wildcard_tokens_are_literals_only_wildcards_match() -> None:
+    sl = Sublist()
+    for subject in ("a.*", "a.>", "a.b"):
+        sl.insert(_sub(subject))
+    assert _subjects(sl.match("a.*")) == ["a.*", "a.>"]
+    assert _subjects(sl.match("a.>")) == ["a.*", "a.>"]
+
+
+def test_queue_groups_are_grouped() -> None:
+    sl = Sublist()
+    sl.insert(_sub("q", "g1", b"1"))
+    sl.insert(_sub("q", "g1", b"2"))
+    sl.insert(_sub("q", "g2", b"3"))
+    sl.insert(_sub("q", None, b"4"))
+    match = sl.match("q")
+    assert [s.sid for s in match.plain] == [b"4"]
+    assert sorted(len(g) for g in match.groups) == [1, 2]
+
+
+def test_cache_follows_inserts_and_removals() -> None:
+    sl = Sublist()
+    assert not sl.match("a.b")
+    wild = _sub("a.*")
+    sl.insert(wild)
+    assert _subjects(sl.match("a.b")) == ["a.*"]
+    literal = _sub("a.b", sid=b"2")
+    sl.insert(literal)
+    assert _subjects(sl.match("a.b")) == ["a.*", "a.b"]
+    sl.remove(wild)
+    assert _subjects(sl.match("a.b")) == ["a.b"]
+    sl.remove(literal)
+    assert not sl.match("a.b") and sl.count == 0
+    sl.remove(literal)  # twice: nothing happens
+    assert sl.count == 0
