@@ -32,7 +32,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import HOST, find_nats_server, free_port, log, ratio, set_log_name, start_gateway, start_nats, stop_process  # noqa: E402
+from common import (  # noqa: E402
+    HOST, find_nats_server, free_port, log, proc_cpu_s, ratio, set_log_name, start_gateway, start_nats, stop_process,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 STREAM, SUBJECT = "benchstream", "benchsubject"
@@ -93,13 +95,22 @@ def suite(msgs: int, sync_msgs: int, kv_msgs: int) -> list[tuple[str, list[str]]
     ]
 
 
-def measure(name: str, cli: str, url: str, work: Path, runs: list[tuple[str, list[str]]], timeout: float) -> dict[str, dict[str, float]]:
+def measure(
+    name: str, cli: str, url: str, work: Path, runs: list[tuple[str, list[str]]], timeout: float, pid: int
+) -> dict[str, dict[str, float]]:
+    """Each run's figures, plus the server's CPU time per message (user + system, from /proc): what the
+    server itself spent, whatever else the machine was doing."""
     asyncio.run(_create_stream(url))
     home = work / f"home-{name}"
     home.mkdir(exist_ok=True)
     out = {}
     for label, args in runs:
+        before = proc_cpu_s(pid)
         out[label] = run_bench(cli, url, home, args, work / f"{name}-{label}.csv", timeout)
+        after = proc_cpu_s(pid)
+        count = int(args[args.index("--msgs") + 1])
+        if before is not None and after is not None:
+            out[label]["server_cpu_us_per_msg"] = round((after - before) / count * 1e6, 1)
         log(f"{name} {label}: {out[label]}")
     return out
 
@@ -141,7 +152,7 @@ def main() -> int:
     nats_proc = gateway = None
     try:
         nats_proc, nats_port = start_nats(server, work / "nats-store", work / "nats-server.log")
-        results["nats_server"] = measure("nats", cli, f"nats://{HOST}:{nats_port}", work, runs, args.timeout)
+        results["nats_server"] = measure("nats", cli, f"nats://{HOST}:{nats_port}", work, runs, args.timeout, nats_proc.pid)
         stop_process(nats_proc, "nats-server")
         nats_proc = None
         (work / "warehouse").mkdir(exist_ok=True)
@@ -149,7 +160,7 @@ def main() -> int:
         jetlake = Path(sys.prefix) / "bin" / "jetlake"
         gateway, _, _ = start_gateway(jetlake, work / "warehouse", work / "gateway.log", ["--nats-port", str(nats_port)])
         spy = profile(gateway.pid, 3600, work / "jetlake-profile.svg") if args.profile else None
-        results["jetlake"] = measure("jetlake", cli, f"nats://{HOST}:{nats_port}", work, runs, args.timeout)
+        results["jetlake"] = measure("jetlake", cli, f"nats://{HOST}:{nats_port}", work, runs, args.timeout, gateway.pid)
         if spy is not None:
             spy.terminate()
             spy.wait(timeout=60)
@@ -158,7 +169,8 @@ def main() -> int:
         stop_process(gateway, "gateway")
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    line: dict[str, object] = {"bench": "nats_protocol", "msgs": args.msgs, "message_bytes": 1024, "value_bytes": 128}
+    line: dict[str, object] = {"bench": "nats_protocol", "msgs": args.msgs, "message_bytes": 1024, "value_bytes": 128,
+                               "load_average": os.getloadavg()[0]}
     for label, _ in runs:
         a, b = results["nats_server"][label], results["jetlake"][label]
         line[label] = {

@@ -129,9 +129,21 @@ class StreamConfig(_Model):
     @property
     def partition_tokens(self) -> int:
         """How many leading subject tokens name the table partition (0: the whole subject)."""
-        if not self.metadata:
-            return 0
-        return int(self.metadata.get(PARTITION_TOKENS_KEY, "0"))
+        if self.metadata and PARTITION_TOKENS_KEY in self.metadata:
+            return int(self.metadata[PARTITION_TOKENS_KEY])
+        return bucket_partition_tokens(self.name, self.subjects)
+
+
+def bucket_partition_tokens(name: str, subjects: list[str] | None) -> int:
+    """A KV bucket or object store that a NATS client made itself (`KV_<b>` on `$KV.<b>.>`, `OBJ_<b>` on
+    `$O.<b>.C.>` and `$O.<b>.M.>`) is partitioned per bucket like the engine's own buckets, not one
+    table partition per key; any other stream by its whole subject."""
+    if name.startswith("KV_") and subjects == [f"$KV.{name[3:]}.>"]:
+        return 2
+    bucket = name[4:]
+    if name.startswith("OBJ_") and sorted(subjects or []) == [f"$O.{bucket}.C.>", f"$O.{bucket}.M.>"]:
+        return 3
+    return 0
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -22,7 +22,7 @@ CACHE_SIZE = 4096
 class Subscription:
     """One SUB of one connection; `max` is UNSUB's auto-unsubscribe count (0: none)."""
 
-    __slots__ = ("conn", "subject", "queue", "sid", "max", "delivered")
+    __slots__ = ("conn", "subject", "queue", "sid", "max", "delivered", "alone")
 
     def __init__(self, conn: Connection, subject: str, queue: str | None, sid: bytes) -> None:
         self.conn = conn
@@ -31,6 +31,7 @@ class Subscription:
         self.sid = sid
         self.max = 0
         self.delivered = 0
+        self.alone = Match((self,), ())  # the match of a subject only this subscription wants
 
 
 @dataclass(slots=True)
@@ -112,9 +113,14 @@ class Sublist:
         found = self._cache.get(subject)
         if found is not None:
             return found
-        subs = list(self._literal.get(subject, ()))
+        literal = self._literal.get(subject)
+        subs = list(literal) if literal else []
         if self._wildcards:
             _collect(self._root, subject.split("."), 0, subs)
+        if not literal and len(subs) == 1 and subs[0].queue is None:
+            # One wildcard subscriber (a reply inbox `_INBOX.<id>.*`, an ack subject's monitor): such
+            # subjects are mostly used once, so they are answered without filling the cache.
+            return subs[0].alone
         found = _group(subs) if subs else _EMPTY
         if len(self._cache) >= CACHE_SIZE:
             self._cache.clear()

@@ -162,3 +162,20 @@ def test_discard_new_run_without_headers_stored_whole_or_refused_as_one_by_one(j
     assert isinstance(second[2], JetStreamError) and second[2].err_code == 10077
     state = js.stream_info("S")["state"]
     assert (state["messages"], state["last_seq"]) == (5, 5)
+
+
+def test_buckets_made_by_nats_clients_are_partitioned_per_bucket(js: JetStream) -> None:
+    from engine.config import StreamConfig
+
+    kv = {"name": "KV_cfg", "subjects": ["$KV.cfg.>"]}
+    obj = {"name": "OBJ_media", "subjects": ["$O.media.C.>", "$O.media.M.>"]}
+    assert StreamConfig.model_validate(kv).partition_tokens == 2
+    assert StreamConfig.model_validate(obj).partition_tokens == 3
+    assert StreamConfig.model_validate({"name": "KV_cfg", "subjects": ["$KV.cfg.>", "other"]}).partition_tokens == 0
+    assert StreamConfig.model_validate({"name": "ORDERS", "subjects": ["$KV.cfg.>"]}).partition_tokens == 0
+    js.add_stream(kv)
+    for key in ("a", "b", "c"):
+        _ack(js.publish_one(f"$KV.cfg.{key}", b"v"))
+    js.flush()
+    folders = [p.name for p in (js.layout.warehouse / "default" / "streams" / "KV_cfg").iterdir() if p.name.startswith("subject_partition")]
+    assert len(folders) == 1, folders
