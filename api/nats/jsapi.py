@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-import re
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -23,14 +22,13 @@ import orjson
 from api.nats import protocol as p
 from api.nats.advisories import Advisories
 from api.nats.errors import api_error, error_body, go_json_error
+from api.nats.acks import Acks
+from api.nats.messages import DirectGets, is_count, lookup
 from api.nats.pull import Pulls
 from api.nats.push import PushConsumers
-from api.nats.writes import Ack
 from engine import JetStreamError, errors
 from engine.consumer import Consumer, Delivery
-from engine.consumer_config import ConsumerConfig
 from engine.info import rfc3339
-from engine.store.base import StoredMessage
 
 if TYPE_CHECKING:
     from api.nats.connection import Connection
@@ -46,7 +44,6 @@ NAMES_LIMIT = 1024
 LIST_LIMIT = 256
 SUBJECTS_LIMIT = 100_000
 HOUSEKEEPING = 1.0
-_NAK = b"-NAK"
 
 Handler = Callable[[list[str], bytes], dict[str, Any]]
 
@@ -58,6 +55,8 @@ class JetStreamApi:
         self.advisories = Advisories(server)
         self.pulls = Pulls(self)
         self.push = PushConsumers(self)
+        self.acks = Acks(self)
+        self.direct = DirectGets(server)
         self.waiters: Waiters
         self.total = 0
         self.errors = 0
@@ -144,7 +143,7 @@ class JetStreamApi:
         if subject.startswith(API):
             return self._api(subject[len(API) :].split("."), reply, payload)
         if subject.startswith("$JS.ACK."):
-            return self._ack(conn, subject, reply, payload)
+            return self.acks.handle(conn, subject, reply, payload)
         if subject.startswith("$JS.FC."):
             return self.push.flow_control_answer(subject)
         return False
@@ -153,7 +152,7 @@ class JetStreamApi:
         if tokens[:3] == ["CONSUMER", "MSG", "NEXT"] and len(tokens) == 5:
             return self.pulls.request(tokens[3], tokens[4], reply, payload)
         if tokens[:2] == ["DIRECT", "GET"] and len(tokens) >= 3:
-            return self._direct_get(tokens, reply, payload)
+            return self.direct.direct_get(tokens, reply, payload)
         if not reply:
             return True
         self.total += 1
@@ -276,7 +275,7 @@ class JetStreamApi:
         filter_, seq, keep = req.get("filter") or None, req.get("seq", 0), req.get("keep", 0)
         if filter_ is not None and not isinstance(filter_, str):
             raise errors.invalid_json("purge filter must be a string")
-        if not _is_count(seq) or not _is_count(keep):
+        if not is_count(seq) or not is_count(keep):
             raise errors.invalid_json("purge seq and keep must be non-negative integers")
         return {"success": True, "purged": self.engine.purge(name, filter_, seq, keep)}
 
@@ -285,7 +284,7 @@ class JetStreamApi:
         if not payload.strip():
             raise errors.bad_request()
         req = _json(payload, {"seq", "last_by_subj", "next_by_subj", "start_time", "no_hdr", "batch", "max_bytes", "multi_last", "up_to_seq", "up_to_time"})
-        msg = _lookup(stream, req)
+        msg = lookup(stream, req)
         message: dict[str, Any] = {"subject": msg.subject, "seq": msg.seq}
         if msg.headers and not req.get("no_hdr"):
             message["hdrs"] = base64.b64encode(p.encode_headers(msg.headers)).decode()
@@ -300,63 +299,10 @@ class JetStreamApi:
             raise errors.bad_request()
         req = _json(payload, {"seq", "no_erase"})
         seq = req.get("seq", 0)
-        if not _is_count(seq) or seq == 0:
+        if not is_count(seq) or seq == 0:
             raise errors.bad_request("a message sequence must be a positive integer")
         self.engine.delete_message(name, seq, erase=not req.get("no_erase", False))
         return {"success": True}
-
-    # -- direct get ---------------------------------------------------------------------------
-
-    def _direct_get(self, tokens: list[str], reply: bytes | None, payload: bytes) -> bool:
-        """`DIRECT.GET.<stream>` with a JSON request, or `DIRECT.GET.<stream>.<subject>` (last on it)."""
-        try:
-            stream = self.engine.stream(tokens[2])
-        except JetStreamError:
-            return False
-        if not stream.config.allow_direct:
-            return False
-        if not reply:
-            return True
-        if len(tokens) > 3:
-            req: dict[str, Any] = {"last_by_subj": ".".join(tokens[3:])}
-            if payload.strip():
-                extra = _loads_or_none(payload)
-                if not isinstance(extra, dict) or set(extra) - {"no_hdr", "max_bytes"}:
-                    self.server.reply(reply, b"", p.status_headers(408, "Bad Request"))
-                    return True
-                req |= extra
-        else:
-            if not payload.strip():
-                self.server.reply(reply, b"", p.status_headers(408, "Empty Request"))
-                return True
-            req = _loads_or_none(payload)
-            if not isinstance(req, dict):
-                self.server.reply(reply, b"", p.status_headers(408, "Malformed Request"))
-                return True
-        try:
-            msgs = _direct_lookup(stream, req)
-        except JetStreamError as exc:
-            status = p.status_headers(404, "Message Not Found") if exc.code == 404 else p.status_headers(408, "Bad Request")
-            self.server.reply(reply, b"", status)
-            return True
-        batch = len(msgs) > 1 or "batch" in req
-        for i, msg in enumerate(msgs):
-            headers = {} if req.get("no_hdr") else dict(msg.headers or {})
-            if not req.get("no_hdr"):
-                headers |= {
-                    "Nats-Stream": [stream.name],
-                    "Nats-Subject": [msg.subject],
-                    "Nats-Sequence": [str(msg.seq)],
-                    "Nats-Time-Stamp": [rfc3339(msg.ts)],
-                }
-                if batch:
-                    headers["Nats-Num-Pending"] = [str(len(msgs) - i - 1)]
-                    headers["Nats-Last-Sequence"] = [str(msgs[i - 1].seq if i else 0)]
-            self.server.reply(reply, msg.data, p.encode_headers(headers) if headers else None)
-        if batch:
-            last = msgs[-1].seq if msgs else 0
-            self.server.reply(reply, b"", p.status_headers(204, "EOB", {"Nats-Num-Pending": "0", "Nats-Last-Sequence": str(last)}))
-        return True
 
     # -- consumers ----------------------------------------------------------------------------
 
@@ -440,58 +386,10 @@ class JetStreamApi:
         page = self.engine.list_consumers(_token(tokens, 2), _offset(req), LIST_LIMIT)
         return {"total": page["total"], "offset": page["offset"], "limit": LIST_LIMIT, "consumers": page["consumers"]}
 
-    # -- acks ---------------------------------------------------------------------------------
-
-    def _ack(self, conn: Connection, subject: str, reply: bytes | None, payload: bytes) -> bool:
-        """`$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>` (or the v2 form)."""
-        tokens = subject.split(".")
-        if len(tokens) == 9:
-            stream, consumer, delivered, seq = tokens[2], tokens[3], tokens[4], tokens[5]
-        elif len(tokens) >= 11:
-            stream, consumer, delivered, seq = tokens[4], tokens[5], tokens[6], tokens[7]
-        else:
-            return False
-        if not seq.isdigit() or not delivered.isdigit():
-            return False
-        try:
-            target = self.engine.consumers.get(self.engine.stream(stream), consumer)
-        except JetStreamError:
-            return False
-        body = payload.strip()
-        kind, delay, reason, next_request = "ack", 0, "", None
-        if not body or body in (b"+ACK", b"+OK"):
-            pass
-        elif body.startswith(_NAK):
-            kind, delay = "nak", _nak_delay(body[len(_NAK) :].strip())
-            self.advisories.naked(stream, consumer, int(seq), int(delivered))
-        elif body == b"+WPI":
-            kind = "wpi"
-        elif body.startswith(b"+TERM"):
-            kind, reason = "term", body[5:].strip().decode("utf-8", "replace")
-        elif body.startswith(b"+NXT"):
-            next_request = body[4:].strip()
-        else:
-            return True  # an unknown ack payload is ignored, as nats-server does
-        if target.ack_none:
-            return True
-        ack = Ack(stream, consumer, int(seq), kind, delay, None if next_request is not None else reply, reason, int(delivered))
-        self.server.writes.ack(conn, ack)
-        if next_request is not None and reply:
-            self.pulls.request(stream, consumer, reply, next_request)
-        return True
-
-
 def _token(tokens: list[str], i: int) -> str:
     if len(tokens) <= i or not tokens[i]:
         raise errors.bad_request()
     return tokens[i]
-
-
-def _loads_or_none(payload: bytes) -> Any:
-    try:
-        return orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        return None
 
 
 def _json(payload: bytes, fields: set[str] | None = None) -> dict[str, Any]:
@@ -516,72 +414,6 @@ def _empty(payload: bytes) -> None:
 
 def _offset(req: dict[str, Any]) -> int:
     offset = req.get("offset", 0)
-    if not _is_count(offset):
+    if not is_count(offset):
         raise errors.invalid_json("offset must be a non-negative integer")
     return offset
-
-
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
-
-
-def _lookup(stream: Any, req: dict[str, Any]) -> StoredMessage:
-    """STREAM.MSG.GET's forms: by sequence, last on a subject, next on a subject from a sequence."""
-    seq = req.get("seq", 0)
-    if not _is_count(seq):
-        raise errors.bad_request()
-    if req.get("last_by_subj"):
-        if seq or req.get("next_by_subj"):
-            raise errors.bad_request()
-        return stream.last_by_subject(req["last_by_subj"])
-    if req.get("next_by_subj"):
-        return stream.next_by_subject(req["next_by_subj"], seq)
-    if req.get("start_time"):
-        from engine.info import parse_rfc3339
-
-        found = stream.index.seq_at_or_after_time(parse_rfc3339(req["start_time"]))
-        if not found:
-            raise errors.NoMessageFoundError()
-        return stream.get(found)
-    if seq:
-        return stream.get(seq)
-    raise errors.bad_request()
-
-
-def _direct_lookup(stream: Any, req: dict[str, Any]) -> list[StoredMessage]:
-    """DIRECT.GET: one message as MSG.GET finds it, or with `batch` up to that many from it on."""
-    first = _lookup(stream, req)
-    batch = req.get("batch", 0)
-    if not _is_count(batch) or batch <= 1:
-        return [first]
-    subject = req.get("next_by_subj") or ">"
-    msgs = [first]
-    while len(msgs) < batch:
-        try:
-            msgs.append(stream.next_by_subject(subject, msgs[-1].seq + 1))
-        except JetStreamError:
-            break
-    return msgs
-
-
-def _nak_delay(text: bytes) -> int:
-    """`-NAK {"delay": ns}` or `-NAK <go duration>`; anything else is an immediate redelivery."""
-    if not text:
-        return 0
-    if text.startswith(b"{"):
-        value = _loads_or_none(text)
-        delay = value.get("delay", 0) if isinstance(value, dict) else 0
-        return delay if isinstance(delay, int) and not isinstance(delay, bool) and delay > 0 else 0
-    return _go_duration_ns(text.decode("ascii", "replace"))
-
-
-_UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": NS, "m": 60 * NS, "h": 3600 * NS}
-_GO_DURATION = re.compile(r"((?:\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h))+")
-_GO_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-
-
-def _go_duration_ns(text: str) -> int:
-    """Go's time.ParseDuration for the positive forms a -NAK carries (`5s`, `1m30s`, `250ms`); 0 if not one."""
-    if not _GO_DURATION.fullmatch(text):
-        return 0
-    return int(sum(float(number) * _UNITS[unit] for number, unit in _GO_PART.findall(text)))

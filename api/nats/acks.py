@@ -1,0 +1,94 @@
+"""Acks on `$JS.ACK.…`: what a delivered message's reply subject and the ack payload ask for.
+
+The subject is the v1 form `$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>` or
+the v2 form with a domain and an account hash in front (11 tokens or more). The payload: empty,
+`+ACK` or `+OK` ack; `-NAK` redelivers (after `{"delay": ns}` or a Go duration); `+WPI` restarts the
+ack timer; `+TERM [reason]` stops redelivery; `+NXT [request]` acks and pulls the next message to the
+ack's reply subject. An ack with a reply subject (a double ack) is answered with an empty message once
+applied. Acks are applied in order with the connection's other writes (api/nats/writes.py).
+Counterpart: server/consumer.go (processAck, processNak, ackReplyInfo).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from api.nats.messages import loads_or_none
+from api.nats.writes import Ack
+from engine import JetStreamError
+
+if TYPE_CHECKING:
+    from api.nats.connection import Connection
+    from api.nats.jsapi import JetStreamApi
+
+NS = 1_000_000_000
+_NAK = b"-NAK"
+
+
+class Acks:
+    def __init__(self, api: JetStreamApi) -> None:
+        self.api = api
+        self.server = api.server
+        self.engine = api.server.engine
+
+    def handle(self, conn: Connection, subject: str, reply: bytes | None, payload: bytes) -> bool:
+        """`$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>` (or the v2 form)."""
+        tokens = subject.split(".")
+        if len(tokens) == 9:
+            stream, consumer, delivered, seq = tokens[2], tokens[3], tokens[4], tokens[5]
+        elif len(tokens) >= 11:
+            stream, consumer, delivered, seq = tokens[4], tokens[5], tokens[6], tokens[7]
+        else:
+            return False
+        if not seq.isdigit() or not delivered.isdigit():
+            return False
+        try:
+            target = self.engine.consumers.get(self.engine.stream(stream), consumer)
+        except JetStreamError:
+            return False
+        body = payload.strip()
+        kind, delay, reason, next_request = "ack", 0, "", None
+        if not body or body in (b"+ACK", b"+OK"):
+            pass
+        elif body.startswith(_NAK):
+            kind, delay = "nak", _nak_delay(body[len(_NAK) :].strip())
+            self.api.advisories.naked(stream, consumer, int(seq), int(delivered))
+        elif body == b"+WPI":
+            kind = "wpi"
+        elif body.startswith(b"+TERM"):
+            kind, reason = "term", body[5:].strip().decode("utf-8", "replace")
+        elif body.startswith(b"+NXT"):
+            next_request = body[4:].strip()
+        else:
+            return True  # an unknown ack payload is ignored, as nats-server does
+        if target.ack_none:
+            return True
+        ack = Ack(stream, consumer, int(seq), kind, delay, None if next_request is not None else reply, reason, int(delivered))
+        self.server.writes.ack(conn, ack)
+        if next_request is not None and reply:
+            self.api.pulls.request(stream, consumer, reply, next_request)
+        return True
+
+
+def _nak_delay(text: bytes) -> int:
+    """`-NAK {"delay": ns}` or `-NAK <go duration>`; anything else is an immediate redelivery."""
+    if not text:
+        return 0
+    if text.startswith(b"{"):
+        value = loads_or_none(text)
+        delay = value.get("delay", 0) if isinstance(value, dict) else 0
+        return delay if isinstance(delay, int) and not isinstance(delay, bool) and delay > 0 else 0
+    return _go_duration_ns(text.decode("ascii", "replace"))
+
+
+_UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": NS, "m": 60 * NS, "h": 3600 * NS}
+_GO_DURATION = re.compile(r"((?:\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h))+")
+_GO_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+
+
+def _go_duration_ns(text: str) -> int:
+    """Go's time.ParseDuration for the positive forms a -NAK carries (`5s`, `1m30s`, `250ms`); 0 if not one."""
+    if not _GO_DURATION.fullmatch(text):
+        return 0
+    return int(sum(float(number) * _UNITS[unit] for number, unit in _GO_PART.findall(text)))

@@ -1,0 +1,128 @@
+"""Message gets: `STREAM.MSG.GET`'s lookups and `DIRECT.GET`, answered with the stored message itself.
+
+A direct get is served only on a stream with `allow_direct` (else nobody listens: the 503 status);
+its answer is the message with its stored headers plus `Nats-Stream`, `Nats-Subject`,
+`Nats-Sequence` and `Nats-Time-Stamp` (none with `no_hdr`); a batch ends with `204 EOB`; a bad
+request is a `408` and a missing message a `404 Message Not Found` status.
+Counterpart: server/stream.go (processDirectGetRequest, processDirectGetLastBySubjectRequest).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from api.nats import protocol as p
+from engine import JetStreamError, errors
+from engine.info import parse_rfc3339, rfc3339
+from engine.store.base import StoredMessage
+
+if TYPE_CHECKING:
+    from api.nats.server import NatsServer
+    from engine.stream import Stream
+
+
+class DirectGets:
+    def __init__(self, server: NatsServer) -> None:
+        self.server = server
+        self.engine = server.engine
+
+    def direct_get(self, tokens: list[str], reply: bytes | None, payload: bytes) -> bool:
+        """`DIRECT.GET.<stream>` with a JSON request, or `DIRECT.GET.<stream>.<subject>` (last on it)."""
+        try:
+            stream = self.engine.stream(tokens[2])
+        except JetStreamError:
+            return False
+        if not stream.config.allow_direct:
+            return False
+        if not reply:
+            return True
+        if len(tokens) > 3:
+            req: dict[str, Any] = {"last_by_subj": ".".join(tokens[3:])}
+            if payload.strip():
+                extra = loads_or_none(payload)
+                if not isinstance(extra, dict) or set(extra) - {"no_hdr", "max_bytes"}:
+                    self.server.reply(reply, b"", p.status_headers(408, "Bad Request"))
+                    return True
+                req |= extra
+        else:
+            if not payload.strip():
+                self.server.reply(reply, b"", p.status_headers(408, "Empty Request"))
+                return True
+            req = loads_or_none(payload)
+            if not isinstance(req, dict):
+                self.server.reply(reply, b"", p.status_headers(408, "Malformed Request"))
+                return True
+        try:
+            msgs = direct_lookup(stream, req)
+        except JetStreamError as exc:
+            status = p.status_headers(404, "Message Not Found") if exc.code == 404 else p.status_headers(408, "Bad Request")
+            self.server.reply(reply, b"", status)
+            return True
+        batch = len(msgs) > 1 or "batch" in req
+        for i, msg in enumerate(msgs):
+            headers = {} if req.get("no_hdr") else dict(msg.headers or {})
+            if not req.get("no_hdr"):
+                headers |= {
+                    "Nats-Stream": [stream.name],
+                    "Nats-Subject": [msg.subject],
+                    "Nats-Sequence": [str(msg.seq)],
+                    "Nats-Time-Stamp": [rfc3339(msg.ts)],
+                }
+                if batch:
+                    headers["Nats-Num-Pending"] = [str(len(msgs) - i - 1)]
+                    headers["Nats-Last-Sequence"] = [str(msgs[i - 1].seq if i else 0)]
+            self.server.reply(reply, msg.data, p.encode_headers(headers) if headers else None)
+        if batch:
+            last = msgs[-1].seq if msgs else 0
+            self.server.reply(reply, b"", p.status_headers(204, "EOB", {"Nats-Num-Pending": "0", "Nats-Last-Sequence": str(last)}))
+        return True
+
+
+def loads_or_none(payload: bytes) -> Any:
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
+
+
+def lookup(stream: Stream, req: dict[str, Any]) -> StoredMessage:
+    """STREAM.MSG.GET's forms: by sequence, last on a subject, next on a subject from a sequence."""
+    seq = req.get("seq", 0)
+    if not is_count(seq):
+        raise errors.bad_request()
+    if req.get("last_by_subj"):
+        if seq or req.get("next_by_subj"):
+            raise errors.bad_request()
+        return stream.last_by_subject(req["last_by_subj"])
+    if req.get("next_by_subj"):
+        return stream.next_by_subject(req["next_by_subj"], seq)
+    if req.get("start_time"):
+        found = stream.index.seq_at_or_after_time(parse_rfc3339(req["start_time"]))
+        if not found:
+            raise errors.NoMessageFoundError()
+        return stream.get(found)
+    if seq:
+        return stream.get(seq)
+    raise errors.bad_request()
+
+
+def direct_lookup(stream: Stream, req: dict[str, Any]) -> list[StoredMessage]:
+    """DIRECT.GET: one message as MSG.GET finds it, or with `batch` up to that many from it on."""
+    first = lookup(stream, req)
+    batch = req.get("batch", 0)
+    if not is_count(batch) or batch <= 1:
+        return [first]
+    subject = req.get("next_by_subj") or ">"
+    msgs = [first]
+    while len(msgs) < batch:
+        try:
+            msgs.append(stream.next_by_subject(subject, msgs[-1].seq + 1))
+        except JetStreamError:
+            break
+    return msgs
