@@ -51,6 +51,8 @@ class Connection(asyncio.Protocol):
         self.headers = False
         self.no_responders = False
         self.connected = False
+        self.protocol = 0
+        self.info_confirmed = False  # the INFO with `connect_info` that follows the first PONG was sent
         self.name = ""
         self._buf = b""
         self._payload: tuple[bytes, str, bytes | None, int, int] | None = None  # (subject, str, reply, hdr, total)

@@ -51,14 +51,38 @@ def receivers(match: Match) -> list[Subscription]:
 
 
 def send_frames(server: NatsServer, target: str, framed: list[tuple[bytes, bytes, bytes | None, bytes]]) -> bool:
-    """Sends deliveries to the subscribers of `target`; False if nobody subscribes to it."""
+    """Sends deliveries to the subscribers of `target`; False if nobody subscribes to it.
+
+    The usual case — one subscriber without a delivery limit (a pull's inbox, a push consumer's
+    deliver subject) — is written as one chunk for the whole batch."""
     match = server.sublist.match(target)
     if not match:
         return False
+    if len(match.plain) == 1 and not match.groups and not match.plain[0].max:
+        sub = match.plain[0]
+        sub.conn.send(b"".join(_messages(framed, sub.sid, sub.conn.headers)))
+        sub.delivered += len(framed)
+        return True
     for subject, reply, hdr, payload in framed:
         for sub in receivers(match):
             sub.conn.deliver(sub, subject, reply, hdr, payload)
     return True
+
+
+def _messages(framed: list[tuple[bytes, bytes, bytes | None, bytes]], sid: bytes, headers: bool) -> list[bytes]:
+    """MSG/HMSG lines and bodies of a batch, as Connection.deliver writes them one by one."""
+    parts: list[bytes] = []
+    add = parts.append
+    for subject, reply, hdr, payload in framed:
+        if hdr is not None and headers:
+            size = len(hdr)
+            add(b"HMSG %b %b %b %d %d\r\n" % (subject, sid, reply, size, size + len(payload)))
+            add(hdr)
+        else:
+            add(b"MSG %b %b %b %d\r\n" % (subject, sid, reply, len(payload)))
+        add(payload)
+        add(b"\r\n")
+    return parts
 
 
 def send_status(server: NatsServer, target: str, hdr: bytes, reply: str | None = None) -> bool:

@@ -140,8 +140,8 @@ class NatsServer:
 
     def pinged(self, conn: Connection) -> None:
         """After the first PONG of a connected client, nats-server sends INFO with `connect_info`."""
-        if conn.connected and not getattr(conn, "info_confirmed", False) and getattr(conn, "protocol", 0) >= 1:
-            conn.info_confirmed = True  # type: ignore[attr-defined]
+        if conn.connected and not conn.info_confirmed and conn.protocol >= 1:
+            conn.info_confirmed = True
             info = self.info_for(conn) | {"connect_info": True, "remote_account": conn.principal.account if conn.principal else ""}
             info.pop("nonce", None)
             conn.send(p.info_line(info))
@@ -159,7 +159,8 @@ class NatsServer:
 
     def publish(self, origin: Connection, subject_b: bytes, subject: str, reply: bytes | None, hdr: bytes | None, payload: bytes) -> None:
         """A client's PUB/HPUB: subscribers, the JetStream API, the capturing stream; else no responders."""
-        delivered = self.route(origin, subject_b, subject, reply, hdr, payload)
+        once = subject.startswith("$JS.ACK.")  # every ack subject is used once: not worth a cache entry
+        delivered = self.route(origin, subject_b, subject, reply, hdr, payload, cache=not once)
         if subject.startswith("$JS."):
             delivered = self.js.handle(origin, subject, reply, hdr, payload) or delivered
         elif is_valid_publish_subject(subject) and self.engine.stream_for_subject(subject) is not None:
@@ -168,8 +169,11 @@ class NatsServer:
         if not delivered and reply and origin.no_responders:
             self.no_responders(origin, subject, reply)
 
-    def route(self, origin: Connection | None, subject_b: bytes, subject: str, reply: bytes | None, hdr: bytes | None, payload: bytes) -> bool:
-        match = self.sublist.match(subject)
+    def route(
+        self, origin: Connection | None, subject_b: bytes, subject: str, reply: bytes | None, hdr: bytes | None,
+        payload: bytes, cache: bool = True,
+    ) -> bool:
+        match = self.sublist.match(subject, cache)
         if not match:
             return False
         delivered = False

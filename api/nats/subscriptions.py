@@ -109,7 +109,7 @@ class Sublist:
         for subject in [s for s in self._cache if subject_matches(pattern, s)]:
             del self._cache[subject]
 
-    def match(self, subject: str) -> Match:
+    def match(self, subject: str, cache: bool = True) -> Match:
         found = self._cache.get(subject)
         if found is not None:
             return found
@@ -122,6 +122,8 @@ class Sublist:
             # subjects are mostly used once, so they are answered without filling the cache.
             return subs[0].alone
         found = _group(subs) if subs else _EMPTY
+        if not cache:
+            return found
         if len(self._cache) >= CACHE_SIZE:
             self._cache.clear()
         self._cache[subject] = found
