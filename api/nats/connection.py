@@ -240,6 +240,19 @@ class Connection(asyncio.Protocol):
                 return
             line = data[pos : nl - 1] if nl > pos and data[nl - 1] == 13 else data[pos:nl]
             pos = nl + 1
+            if line[:4] == b"PUB " and self.principal is not None:
+                # The hot path: a well-formed PUB whose payload is already here, without the general
+                # dispatch; anything unusual goes the general way and gets its answer there.
+                parts = line.split()
+                size_b = parts[-1]
+                if 3 <= len(parts) <= 4 and size_b.isdigit() and len(size_b) < 9:
+                    stop = pos + int(size_b)
+                    if stop + 2 <= end and data[stop : stop + 2] == b"\r\n" and stop - pos <= self.server.max_payload:
+                        subject_b = parts[1]
+                        pending = (subject_b, subject_b.decode("utf-8", "surrogateescape"), parts[2] if len(parts) == 4 else None, -1, stop - pos)
+                        self._on_message(pending, data[pos:stop])
+                        pos = stop + 2
+                        continue
             self._operation(line)
 
     def _keep(self, data: bytes, pos: int, total: int) -> None:
