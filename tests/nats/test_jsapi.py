@@ -102,7 +102,7 @@ async def _ask(url: str) -> list[Any]:
         out = []
         for subject, body, _ in REQUESTS:
             try:
-                msg = await nc.request(subject, _bytes(body), timeout=5)
+                msg = await nc.request(subject, _bytes(body), timeout=10)
                 out.append((msg.data, dict(msg.headers or {})))
             except nats.errors.NoRespondersError:
                 out.append("no responders")
