@@ -144,16 +144,16 @@ class Writes:
             self._answer_acks(run, results)
             return True
         batch = _plain(run)
-        if batch is not None:
-            answer = self.engine.publish_batch_nowait(batch)
-            if answer is None:
-                return False
-            self._answer_publishes(run, answer.results() if isinstance(answer, AckRun) else answer, answer)
-            return True
-        results = self.engine.publish_nowait([m for m, _ in run])
-        if results is None:
+        try:
+            if batch is not None:
+                answer = self.engine.publish_batch_nowait(batch)
+            else:
+                answer = self.engine.publish_nowait([m for m, _ in run])
+        except JetStreamError as exc:  # the stream is offline, its log full, or it was deleted meanwhile
+            answer = [exc] * len(run)
+        if answer is None:
             return False
-        self._answer_publishes(run, results)
+        self._answer_publishes(run, answer.results() if isinstance(answer, AckRun) else answer, answer)
         return True
 
     def _apply_all(self, runs: list[list[Any]]) -> list[Any]:
