@@ -56,7 +56,7 @@ class NatsServer:
         self.host = host
         self.port = port
         self.auth = auth or Authenticator()
-        self.max_payload = max_payload or engine.options.max_payload
+        self.max_payload = max_payload or self.engine.options.max_payload
         self.max_connections = max_connections
         self.sublist = Sublist()
         self.connections: dict[int, Connection] = {}

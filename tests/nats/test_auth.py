@@ -1,46 +1,33 @@
-"""CONNECT's credentials and per-subject permissions through the `api.auth` interface.
+"""CONNECT's credentials and per-subject permissions through api/auth.py, with a real config.
 
-The door runs in-process on a real engine, with an authenticator of the accounts work's shape that
-knows one user (publish only to `orders.>` and `$JS.API.>`, subscribe only to `_INBOX.>`), so the
-texts and closes nats-server uses for each violation are checked without the accounts work itself.
+The door runs in-process on real engines with a config of one user in the global account (publish
+only to `orders.>` and `$JS.API.>`, subscribe only to `_INBOX.>`) and one user of another account,
+so the texts and closes nats-server uses for each violation are checked.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
-from api.auth import Authenticator, AuthError, Principal
+from api.auth import Authenticator
+from api.gate import Gate
 from api.nats.server import NatsServer
-from api.waiters import Waiters
-from engine import EngineOptions, JetStream
-from engine.subjects import subject_matches
+from engine import EngineOptions
+from engine.accounts.config import loads
+from engine.accounts.registry import Accounts
 
-
-@dataclass(frozen=True)
-class Allowed:
-    publish: tuple[str, ...]
-    subscribe: tuple[str, ...]
-
-
-class OnePrincipal(Principal):
-    def can_publish(self, subject: str) -> bool:
-        return any(subject_matches(p, subject) for p in self.permissions.publish)
-
-    def can_subscribe(self, subject: str, queue: str | None = None) -> bool:
-        return any(subject_matches(p, subject) for p in self.permissions.subscribe)
-
-
-class OneUser(Authenticator):
-    required = True
-
-    def authenticate(self, *, user=None, password=None, token=None, tls_subject=None):  # type: ignore[no-untyped-def]
-        if (user, password) != ("alice", "s3cret"):
-            raise AuthError("bad credentials")
-        return OnePrincipal("default", "alice", Allowed(("orders.>", "$JS.API.>"), ("_INBOX.>",)))
+CONFIG = """
+accounts {
+  default {
+    jetstream: enabled
+    users: [
+      { user: alice, password: s3cret, permissions: { publish: ["orders.>", "$JS.API.>"], subscribe: ["_INBOX.>"] } }
+    ]
+  }
+  OTHER { jetstream: enabled, users: [ { user: bob, password: b0b } ] }
+}
+"""
 
 
 async def _talk(port: int, data: bytes) -> tuple[bytes, bool]:
@@ -62,10 +49,14 @@ async def _talk(port: int, data: bytes) -> tuple[bytes, bool]:
 
 def test_credentials_and_permissions(tmp_path: Path) -> None:
     async def scenario() -> None:
-        engine = JetStream(tmp_path / "warehouse", EngineOptions())
-        engine.open(start_flusher=False)
-        server = NatsServer(engine, port=0, auth=OneUser())
-        await server.start(Waiters())
+        config = loads(CONFIG)
+        accounts = Accounts(tmp_path / "warehouse", EngineOptions(), config)
+        accounts.open(start_flusher=False)
+        auth = Authenticator(config)
+        gate = Gate(accounts, auth)
+        gate.bind(asyncio.get_running_loop())
+        server = NatsServer(accounts, port=0, auth=auth)
+        await server.start(gate)
         try:
             login = b'CONNECT {"verbose":false,"pedantic":false,"user":"alice","pass":"s3cret"}\r\n'
             reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
@@ -82,8 +73,10 @@ def test_credentials_and_permissions(tmp_path: Path) -> None:
                 b"-ERR 'Permissions Violation for Publish to \"secret.x\"'\r\n"
                 b"-ERR 'Permissions Violation for Subscription to \"orders.>\"'\r\nPONG\r\n"
             )
+            other = b'CONNECT {"verbose":false,"user":"bob","pass":"b0b"}\r\nPING\r\n'
+            assert await _talk(server.port, other) == (b"-ERR 'Authorization Violation'\r\n", True), "one account over NATS"
         finally:
             await server.stop()
-            engine.close()
+            accounts.close()
 
     asyncio.run(scenario())
