@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from engine import EngineOptions
-from engine.accounts.config import ConfigError, ServerConfig
+from engine.accounts.config import GLOBAL_ACCOUNT, ConfigError, ServerConfig
 from engine.accounts.config import load as load_config
 from engine.accounts.registry import Accounts
 from engine.jetstream import DEFAULT_FLUSH_BYTES, DEFAULT_FLUSH_INTERVAL
@@ -85,6 +85,8 @@ def _serve(args: argparse.Namespace) -> int:
         log.warning("config: tls min_version 1.3 is not applied: the gateway accepts TLS 1.2 and 1.3")
     authenticator = Authenticator(config)
     refusal = _exposure_refusal(args.host, authenticator.required, tls is not None and tls.verify)
+    if not refusal and args.nats_port:  # the NATS door has no TLS: only credentials protect it off loopback
+        refusal = _exposure_refusal(args.nats_host or args.host, authenticator.required, False)
     if refusal:
         print(f"jetlake: {refusal}", file=sys.stderr)
         return 2
@@ -115,7 +117,10 @@ def _serve(args: argparse.Namespace) -> int:
         "required" if authenticator.required else "off", sync, args.flush_interval,
     )
     doors = []
-    if args.nats_port:
+    served = accounts.get(GLOBAL_ACCOUNT)
+    if args.nats_port and (served is None or served.engine is None):
+        log.warning("NATS door off: it serves the global account, which has no JetStream in this config")
+    elif args.nats_port:
         from api.nats.server import NatsServer
 
         doors.append(NatsServer(accounts, args.nats_host or args.host, args.nats_port, auth=authenticator,
