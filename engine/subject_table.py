@@ -1,0 +1,275 @@
+"""The subjects of one stream: interned ids and JetStream's per-subject state, in compact arrays.
+
+A stream of a million distinct subjects (`orders.<id>`, `$KV.<bucket>.<key>`) must not cost a Python
+object per subject: a dict of a million strings is ~140 MB here, more than nats-server's whole
+process for the same stream. Names live in one byte arena (an offset per subject), the name -> id map
+is an open-addressing table of 64-bit xxh3 hashes (verified against the arena on a hit), and each
+subject's `SimpleState` (msgs, first, last) is three int64 columns indexed by id: about 60 bytes a
+subject plus its name. A small dict in front keeps the ids of recently used subjects, so a stream of
+a few hot subjects pays one dict lookup per message. Ids are never reused: a subject whose last
+message goes keeps its id (and state zeros), as nats-server's subject tree keeps a node until
+compaction. Counterpart: the `fss`/`psim` subject trees of server/memstore.go and filestore.go.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import xxhash
+
+from engine.subjects import FWC, PWC, is_literal
+
+_EMPTY = np.uint64(0)
+_FRONT = 65536  # ids of recently used subjects kept in a plain dict
+_MIN_SLOTS = 64
+
+
+def _hash(name: bytes) -> int:
+    """A non-zero 64-bit hash (zero marks an empty slot)."""
+    return xxhash.xxh3_64_intdigest(name) or 1
+
+
+class SubjectTable:
+    """Subject ids and per-subject (msgs, first_seq, last_seq)."""
+
+    def __init__(self) -> None:
+        self._slots = np.zeros(_MIN_SLOTS, np.uint64)  # hash per slot, 0 = empty
+        self._slot_ids = np.zeros(_MIN_SLOTS, np.int32)
+        self._arena = bytearray()
+        self._offsets = np.zeros(1, np.int64)  # name of id i = arena[offsets[i]:offsets[i+1]]
+        self.msgs = np.zeros(0, np.int64)
+        self.first = np.zeros(0, np.int64)
+        self.last = np.zeros(0, np.int64)
+        self.count = 0  # subjects ever seen
+        self.live = 0  # subjects with messages
+        self._front: dict[str, int] = {}
+
+    # -- ids ----------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self.count
+
+    def find(self, subject: str) -> int:
+        """The id of `subject`, or -1 if the stream never had it."""
+        sid = self._front.get(subject)
+        if sid is not None:
+            return sid
+        raw = subject.encode()
+        h = _hash(raw)
+        mask = len(self._slots) - 1
+        slot = h & mask
+        while True:
+            stored = int(self._slots[slot])
+            if stored == 0:
+                return -1
+            if stored == h and self.name_bytes(int(self._slot_ids[slot])) == raw:
+                sid = int(self._slot_ids[slot])
+                self._remember(subject, sid)
+                return sid
+            slot = (slot + 1) & mask
+
+    def id(self, subject: str) -> int:
+        """The id of `subject`, interned on first sight."""
+        sid = self._front.get(subject)
+        if sid is not None:
+            return sid
+        sid = self.find(subject)
+        return sid if sid >= 0 else self._add(subject)
+
+    def ids(self, subjects: list[str]) -> np.ndarray:
+        """Ids of many subjects (interning new ones): each distinct subject is looked up once, and the
+        ones the front dict misses are probed and added as arrays, not one by one."""
+        front = self._front
+        if len(subjects) <= 16:
+            return np.fromiter((front[s] if s in front else self.id(s) for s in subjects), np.int32, len(subjects))
+        distinct = dict.fromkeys(subjects)
+        misses = [s for s in distinct if s not in front]
+        found = dict(zip(misses, self._lookup_many(misses).tolist(), strict=True)) if misses else {}
+        return np.fromiter((front[s] if s in front else found[s] for s in subjects), np.int32, len(subjects))
+
+    def _lookup_many(self, subjects: list[str]) -> np.ndarray:
+        raws = [s.encode() for s in subjects]
+        hashes = np.fromiter((_hash(r) for r in raws), np.uint64, len(raws))
+        sids = self._probe(hashes)
+        for i in np.flatnonzero(sids >= 0).tolist():  # a 64-bit hash hit: confirm the name
+            if self.name_bytes(int(sids[i])) != raws[i]:
+                sids[i] = self.id(subjects[i])
+        new = np.flatnonzero(sids < 0)
+        if len(new):
+            sids[new] = self._add_many([raws[i] for i in new.tolist()], hashes[new])
+        if len(subjects) <= _FRONT:
+            for subject, sid in zip(subjects, sids.tolist(), strict=True):
+                self._remember(subject, sid)
+        return sids
+
+    def _probe(self, hashes: np.ndarray) -> np.ndarray:
+        """Ids of the hashes in the table (-1 where absent), vectorised linear probing."""
+        mask = np.uint64(len(self._slots) - 1)
+        out = np.full(len(hashes), -1, np.int64)
+        position = hashes & mask
+        pending = np.arange(len(hashes))
+        while len(pending):
+            at = position[pending].astype(np.int64)
+            stored = self._slots[at]
+            hit = stored == hashes[pending]
+            out[pending[hit]] = self._slot_ids[at[hit]]
+            pending = pending[~hit & (stored != _EMPTY)]
+            position[pending] = (position[pending] + np.uint64(1)) & mask
+        return out
+
+    def _add_many(self, raws: list[bytes], hashes: np.ndarray) -> np.ndarray:
+        """Interns distinct new names at once: one arena append, one vectorised placement."""
+        first, n = self.count, len(raws)
+        size = len(self._slots)
+        while (first + n + 1) * 2 > size:
+            size *= 2
+        if size != len(self._slots):
+            self._rehash(size)
+        sids = np.arange(first, first + n, dtype=np.int64)
+        _place_many(self._slots, self._slot_ids, hashes, sids.astype(np.int32))
+        base = len(self._arena)
+        self._arena += b"".join(raws)
+        if first + n + 1 > len(self._offsets):
+            self._offsets = _grown(self._offsets, first + n + 1)
+            self.msgs, self.first, self.last = (_grown(a, first + n) for a in (self.msgs, self.first, self.last))
+        self._offsets[first + 1 : first + n + 1] = base + np.cumsum(np.fromiter(map(len, raws), np.int64, n))
+        self.count += n
+        return sids
+
+    def name(self, sid: int) -> str:
+        return self.name_bytes(sid).decode()
+
+    def name_bytes(self, sid: int) -> bytes:
+        return bytes(self._arena[int(self._offsets[sid]) : int(self._offsets[sid + 1])])
+
+    def names(self, sids: Iterable[int]) -> list[str]:
+        return [self.name(int(s)) for s in sids]
+
+    def _remember(self, subject: str, sid: int) -> None:
+        if len(self._front) >= _FRONT:
+            self._front.clear()
+        self._front[subject] = sid
+
+    def _add(self, subject: str) -> int:
+        raw = subject.encode()
+        sid = int(self._add_many([raw], np.array([_hash(raw)], np.uint64))[0])
+        self._remember(subject, sid)
+        return sid
+
+    def _rehash(self, size: int) -> None:
+        used = self._slots != _EMPTY
+        hashes, ids = self._slots[used], self._slot_ids[used]
+        self._slots = np.zeros(size, np.uint64)
+        self._slot_ids = np.zeros(size, np.int32)
+        _place_many(self._slots, self._slot_ids, hashes, ids)
+
+    # -- per-subject state --------------------------------------------------------------------
+
+    def state(self, subject: str) -> tuple[int, int, int]:
+        """(msgs, first_seq, last_seq) of a literal subject; zeros if it has none."""
+        sid = self.find(subject)
+        if sid < 0 or self.msgs[sid] == 0:
+            return 0, 0, 0
+        return int(self.msgs[sid]), int(self.first[sid]), int(self.last[sid])
+
+    def matching(self, filter_: str | None) -> np.ndarray:
+        """Ids of the subjects with messages that `filter_` matches (all when None or `>`), ascending."""
+        if filter_ is None or filter_ == FWC:
+            return np.flatnonzero(self.msgs[: self.count] > 0).astype(np.int32)
+        if is_literal(filter_):
+            sid = self.find(filter_)
+            return np.array([sid], np.int32) if sid >= 0 and self.msgs[sid] > 0 else np.zeros(0, np.int32)
+        mask = self.match_mask(filter_) & (self.msgs[: self.count] > 0)
+        return np.flatnonzero(mask).astype(np.int32)
+
+    def match_mask(self, filter_: str, upto: int = 0) -> np.ndarray:
+        """Which ids in [upto, count) `filter_` matches, vectorised over the arena (no Python loop)."""
+        start = int(self._offsets[upto])
+        offsets = (self._offsets[upto : self.count + 1] - start).astype(np.int32)
+        names = pa.StringArray.from_buffers(
+            self.count - upto, pa.py_buffer(offsets), pa.py_buffer(bytes(self._arena[start:]))
+        )
+        return np.asarray(pc.match_substring_regex(names, _regex(filter_)).to_numpy(zero_copy_only=False), np.bool_)
+
+    def iter_states(self, sids: np.ndarray | None = None) -> Iterator[tuple[str, int, int, int]]:
+        """(subject, msgs, first, last) of the given ids (default: every subject with messages)."""
+        for sid in (self.matching(None) if sids is None else sids).tolist():
+            yield self.name(sid), int(self.msgs[sid]), int(self.first[sid]), int(self.last[sid])
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._slots.nbytes + self._slot_ids.nbytes + len(self._arena) + self._offsets.nbytes
+                   + 3 * self.msgs.nbytes) + 120 * len(self._front)
+
+    # -- persistence --------------------------------------------------------------------------
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        n = self.count
+        return {
+            "subject_offsets": self._offsets[: n + 1].copy(),
+            "subject_arena": np.frombuffer(bytes(self._arena), np.uint8),
+            "subject_msgs": self.msgs[:n].copy(),
+            "subject_first": self.first[:n].copy(),
+            "subject_last": self.last[:n].copy(),
+            "subject_slots": self._slots.copy(),
+            "subject_slot_ids": self._slot_ids.copy(),
+        }
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> SubjectTable:
+        table = cls()
+        offsets = arrays["subject_offsets"].astype(np.int64)
+        n = len(offsets) - 1
+        table._arena = bytearray(arrays["subject_arena"].tobytes())
+        table._offsets = offsets
+        table.msgs = arrays["subject_msgs"].astype(np.int64)
+        table.first = arrays["subject_first"].astype(np.int64)
+        table.last = arrays["subject_last"].astype(np.int64)
+        table.count = n
+        table.live = int(np.count_nonzero(table.msgs > 0))
+        table._slots = arrays["subject_slots"].astype(np.uint64)
+        table._slot_ids = arrays["subject_slot_ids"].astype(np.int32)
+        return table
+
+
+def _place_many(slots: np.ndarray, slot_ids: np.ndarray, hashes: np.ndarray, ids: np.ndarray) -> None:
+    """Linear-probing inserts of many (hash, id), vectorised: each round places, per free slot, the
+    first entry probing it; the others move one slot on. Every entry ends at the first slot of its
+    probe sequence that was free when it got there, as one-by-one inserts would leave it findable."""
+    mask = np.uint64(len(slots) - 1)
+    position = hashes & mask
+    pending = np.arange(len(hashes))
+    while len(pending):
+        at = position[pending].astype(np.int64)
+        free = slots[at] == _EMPTY
+        taken_slots, first = np.unique(at[free], return_index=True)
+        winners = pending[free][first]
+        slots[taken_slots] = hashes[winners]
+        slot_ids[taken_slots] = ids[winners]
+        placed = np.zeros(len(hashes), np.bool_)
+        placed[winners] = True
+        pending = pending[~placed[pending]]
+        position[pending] = (position[pending] + np.uint64(1)) & mask
+
+
+def _grown(array: np.ndarray, needed: int) -> np.ndarray:
+    out = np.zeros(max(needed, 2 * len(array), 16), array.dtype)
+    out[: len(array)] = array
+    return out
+
+
+def _regex(filter_: str) -> str:
+    """The anchored regular expression of a subject filter: `*` one token, `>` one or more."""
+    parts = []
+    for token in filter_.split("."):
+        if token == PWC:
+            parts.append(r"[^.]+")
+        elif token == FWC:
+            parts.append(r".+")
+        else:
+            parts.append(re.escape(token))
+    return "^" + r"\.".join(parts) + "$"
