@@ -77,6 +77,17 @@ class Detail:
         self.ts[self.n : end] = ts
         self.n = end
 
+    def append(self, seq: int, sid: int, size: int, ts: int) -> None:
+        n = self.n
+        if n == len(self.seqs):
+            self.extend(np.array([seq], np.int64), np.array([sid], np.int32), np.array([size], np.int64), np.array([ts], np.int64))
+            return
+        self.seqs[n] = seq
+        self.sids[n] = sid
+        self.sizes[n] = size
+        self.ts[n] = ts
+        self.n = n + 1
+
     def keep(self, mask: np.ndarray) -> None:
         """Drops the rows where `mask` is False (they never reached the table)."""
         seqs, sids, sizes, ts = (a[mask] for a in self.view())
@@ -105,6 +116,12 @@ class _Hist:
             self.open = dict(zip(self.sids.tolist(), self.counts.tolist(), strict=True))
         for sid, count in zip(sids.tolist(), counts.tolist(), strict=True):
             self.open[sid] = self.open.get(sid, 0) + count
+
+    def add_one(self, sid: int) -> None:
+        if self.open is None:
+            self.add(np.array([sid], np.int32), np.array([1], np.int64))
+        else:
+            self.open[sid] = self.open.get(sid, 0) + 1
 
     def take(self, sids: np.ndarray, counts: np.ndarray) -> None:
         if self.open is not None:
@@ -259,10 +276,33 @@ class MessageIndex:
             self._drop_blocks_below(self._block(next_seq))
 
     def append(self, seq: int, subject: str, size: int, ts: int) -> None:
+        """One message: `_append_rows` with scalars (a single publish must not pay numpy's set-up costs)."""
         if seq <= self.last_seq:
             raise ValueError(f"sequence {seq} is not after the last sequence {self.last_seq}")
-        self._append_rows(np.array([seq], np.int64), np.array([self.subjects.id(subject)], np.int32),
-                          np.array([size], np.int64), np.array([ts], np.int64))
+        sid = self.subjects.id(subject)
+        block = seq >> self._shift
+        if not len(self._live) or block >= self._base + len(self._live):
+            self._ensure_block(block)
+        detail = self._pinned.get(block) or self._open_detail(block)
+        detail.append(seq, sid, size, ts)
+        slot = block - self._base
+        self._live[slot] += 1
+        self._bytes[slot] += size
+        if detail.n == 1:
+            self._first_ts[slot] = ts
+        self._last_ts[slot] = ts
+        self._hist[slot].add_one(sid)
+        table = self.subjects
+        if table.msgs[sid] == 0:
+            table.first[sid] = seq
+            table.live += 1
+        table.msgs[sid] += 1
+        table.last[sid] = seq
+        if self.msgs == 0:
+            self.first_seq, self.first_ts = seq, ts
+        self.msgs += 1
+        self.bytes += size
+        self.last_seq, self.last_ts = seq, ts
 
     def append_run(self, first_seq: int, subjects: list[str], sizes: list[int] | np.ndarray, ts: int) -> None:
         """Appends consecutive sequences from `first_seq`, all stamped `ts`."""
