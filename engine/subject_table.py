@@ -24,13 +24,15 @@ import xxhash
 from engine.subjects import FWC, PWC, is_literal
 
 _EMPTY = np.uint64(0)
+_GONE = np.uint64(1)  # a forgotten subject's slot: lookups probe past it
 _FRONT = 65536  # ids of recently used subjects kept in a plain dict
 _MIN_SLOTS = 64
 
 
 def _hash(name: bytes) -> int:
-    """A non-zero 64-bit hash (zero marks an empty slot)."""
-    return xxhash.xxh3_64_intdigest(name) or 1
+    """A 64-bit hash above 1 (0 marks an empty slot, 1 a forgotten one)."""
+    h = xxhash.xxh3_64_intdigest(name)
+    return h if h > 1 else h + 2
 
 
 class SubjectTable:
@@ -46,6 +48,8 @@ class SubjectTable:
         self.last = np.zeros(0, np.int64)
         self.count = 0  # subjects ever seen
         self.live = 0  # subjects with messages
+        self.forgotten = 0  # ids whose names were forgotten (their arena bytes are zeros)
+        self._occupied = 0  # slots not empty (live or forgotten)
         self._front: dict[str, int] = {}
 
     # -- ids ----------------------------------------------------------------------------------
@@ -125,12 +129,13 @@ class SubjectTable:
         """Interns distinct new names at once: one arena append, one vectorised placement."""
         first, n = self.count, len(raws)
         size = len(self._slots)
-        while (first + n + 1) * 2 > size:
+        while (self._occupied + n + 1) * 2 > size:
             size *= 2
         if size != len(self._slots):
             self._rehash(size)
         sids = np.arange(first, first + n, dtype=np.int64)
         _place_many(self._slots, self._slot_ids, hashes, sids.astype(np.int32))
+        self._occupied += n
         base = len(self._arena)
         self._arena += b"".join(raws)
         if first + n + 1 > len(self._offsets):
@@ -139,6 +144,33 @@ class SubjectTable:
         self._offsets[first + 1 : first + n + 1] = base + np.cumsum(np.fromiter(map(len, raws), np.int64, n))
         self.count += n
         return sids
+
+    def ids_of_array(self, subjects: object) -> np.ndarray:
+        """`ids` of an Arrow string column: each distinct value decoded once (a detail read back)."""
+        import pyarrow as pa  # noqa: PLC0415 - local: the common path takes lists
+
+        encoded = pc.dictionary_encode(subjects)
+        if isinstance(encoded, pa.ChunkedArray):
+            encoded = encoded.combine_chunks()
+        ids = self.ids(encoded.dictionary.to_pylist())
+        return ids[encoded.indices.to_numpy(zero_copy_only=False)] if len(ids) else np.zeros(0, np.int32)
+
+    def forget(self, sids: np.ndarray) -> int:
+        """Forgets subjects that have no message left (after an erasure, or before a snapshot): their
+        names leave the arena and the lookup table, so no erased subject outlives its messages in memory
+        or in an index snapshot. A forgotten subject seen again gets a new id. Returns how many went."""
+        gone = [int(s) for s in sids.tolist() if self.msgs[s] == 0 and self._offsets[s + 1] > self._offsets[s]]
+        if not gone:
+            return 0
+        dead = set(gone)
+        used = np.flatnonzero(self._slots > _GONE)
+        hit = used[np.isin(self._slot_ids[used], np.fromiter(dead, np.int32, len(dead)))]
+        self._slots[hit] = _GONE
+        for sid in gone:
+            self._arena[int(self._offsets[sid]) : int(self._offsets[sid + 1])] = bytes(int(self._offsets[sid + 1] - self._offsets[sid]))
+        self._front = {k: v for k, v in self._front.items() if v not in dead}
+        self.forgotten += len(gone)
+        return len(gone)
 
     def name(self, sid: int) -> str:
         return self.name_bytes(sid).decode()
@@ -161,11 +193,12 @@ class SubjectTable:
         return sid
 
     def _rehash(self, size: int) -> None:
-        used = self._slots != _EMPTY
+        used = self._slots > _GONE
         hashes, ids = self._slots[used], self._slot_ids[used]
         self._slots = np.zeros(size, np.uint64)
         self._slot_ids = np.zeros(size, np.int32)
         _place_many(self._slots, self._slot_ids, hashes, ids)
+        self._occupied = len(hashes)
 
     # -- per-subject state --------------------------------------------------------------------
 
@@ -217,6 +250,7 @@ class SubjectTable:
             "subject_last": self.last[:n].copy(),
             "subject_slots": self._slots.copy(),
             "subject_slot_ids": self._slot_ids.copy(),
+            "subject_forgotten": np.array([self.forgotten], np.int64),
         }
 
     @classmethod
@@ -233,6 +267,8 @@ class SubjectTable:
         table.live = int(np.count_nonzero(table.msgs > 0))
         table._slots = arrays["subject_slots"].astype(np.uint64)
         table._slot_ids = arrays["subject_slot_ids"].astype(np.int32)
+        table.forgotten = int(arrays["subject_forgotten"][0]) if "subject_forgotten" in arrays else 0
+        table._occupied = int(np.count_nonzero(table._slots != _EMPTY))
         return table
 
 
