@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +35,7 @@ _FEW = 8
 _MASKS = 16  # wildcard filters whose subject masks are kept
 
 # What a store hands back for a range of sequences: the rows present in its table, in sequence order.
-Rows = tuple[np.ndarray, list[str], np.ndarray, np.ndarray]  # seqs, subjects, sizes, ts
+Rows = tuple[np.ndarray, Any, np.ndarray, np.ndarray]  # seqs, subjects (a list or an Arrow string column), sizes, ts
 Loader = Callable[[int, int], Rows]
 
 
@@ -223,7 +224,8 @@ class MessageIndex:
         if self.loader is None:
             return Detail.empty(0)
         seqs, subjects, sizes, ts = self.loader(max(lo, 1), hi)
-        detail = Detail(seqs.astype(np.int64), self.subjects.ids(subjects), sizes.astype(np.int64), ts.astype(np.int64), len(seqs))
+        sids = self.subjects.ids(subjects) if isinstance(subjects, list) else self.subjects.ids_of_array(subjects)
+        detail = Detail(seqs.astype(np.int64), sids, sizes.astype(np.int64), ts.astype(np.int64), len(seqs))
         self._cache_put(block, detail)
         return detail
 
@@ -318,10 +320,17 @@ class MessageIndex:
         self._append_rows(np.arange(first_seq, first_seq + count, dtype=np.int64), sids,
                           np.asarray(sizes, np.int64), np.full(count, ts, np.int64))
 
-    def append_rows(self, seqs: np.ndarray, subjects: list[str], sizes: np.ndarray, ts: np.ndarray) -> None:
-        """Appends rows in ascending sequence order, gaps allowed (a rebuild from the table)."""
+    def append_rows(self, seqs: np.ndarray, subjects: Any, sizes: np.ndarray, ts: np.ndarray) -> None:
+        """Appends rows in ascending sequence order, gaps allowed (a rebuild from the table); `subjects`
+        is a list or an Arrow string column."""
         if len(seqs):
-            self._append_rows(seqs.astype(np.int64), self.subjects.ids(subjects), sizes.astype(np.int64), ts.astype(np.int64))
+            sids = self.subjects.ids(subjects) if isinstance(subjects, list) else self.subjects.ids_of_array(subjects)
+            self._append_rows(seqs.astype(np.int64), sids, sizes.astype(np.int64), ts.astype(np.int64))
+
+    def forget_dead_subjects(self) -> int:
+        """Forgets the names of subjects with no live message (see SubjectTable.forget)."""
+        table = self.subjects
+        return table.forget(np.flatnonzero((table.msgs[: table.count] == 0)))
 
     def _append_rows(self, seqs: np.ndarray, sids: np.ndarray, sizes: np.ndarray, ts: np.ndarray) -> None:
         first, last = int(seqs[0]), int(seqs[-1])

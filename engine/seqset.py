@@ -87,6 +87,21 @@ class SeqSet:
         order = np.argsort(s, kind="stable")
         self._starts, self._ends = s[order], e[order]
 
+    def uncovered(self, first: int, last: int) -> list[tuple[int, int]]:
+        """The parts of [first, last] not in the set."""
+        self._merge()
+        out: list[tuple[int, int]] = []
+        at = first
+        lo = int(np.searchsorted(self._ends, first, side="left"))
+        hi = int(np.searchsorted(self._starts, last, side="right"))
+        for a, b in zip(self._starts[lo:hi].tolist(), self._ends[lo:hi].tolist(), strict=True):
+            if a > at:
+                out.append((at, a - 1))
+            at = max(at, b + 1)
+        if at <= last:
+            out.append((at, last))
+        return out
+
     def ranges(self) -> list[tuple[int, int]]:
         self._merge()
         return list(zip(self._starts.tolist(), self._ends.tolist(), strict=True))

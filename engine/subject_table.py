@@ -158,16 +158,19 @@ class SubjectTable:
     def forget(self, sids: np.ndarray) -> int:
         """Forgets subjects that have no message left (after an erasure, or before a snapshot): their
         names leave the arena and the lookup table, so no erased subject outlives its messages in memory
-        or in an index snapshot. A forgotten subject seen again gets a new id. Returns how many went."""
-        gone = [int(s) for s in sids.tolist() if self.msgs[s] == 0 and self._offsets[s + 1] > self._offsets[s]]
-        if not gone:
+        or in an index snapshot. A forgotten subject seen again gets a new id (a forgotten id is marked
+        by `last == -1`). Returns how many went."""
+        sids = np.asarray(sids, np.int64)
+        gone = sids[(self.msgs[sids] == 0) & (self.last[sids] != -1)]
+        if not len(gone):
             return 0
-        dead = set(gone)
         used = np.flatnonzero(self._slots > _GONE)
-        hit = used[np.isin(self._slot_ids[used], np.fromiter(dead, np.int32, len(dead)))]
-        self._slots[hit] = _GONE
-        for sid in gone:
-            self._arena[int(self._offsets[sid]) : int(self._offsets[sid + 1])] = bytes(int(self._offsets[sid + 1] - self._offsets[sid]))
+        self._slots[used[np.isin(self._slot_ids[used], gone)]] = _GONE
+        for sid in gone.tolist():
+            start, end = int(self._offsets[sid]), int(self._offsets[sid + 1])
+            self._arena[start:end] = bytes(end - start)
+        self.last[gone] = -1
+        dead = set(gone.tolist())
         self._front = {k: v for k, v in self._front.items() if v not in dead}
         self.forgotten += len(gone)
         return len(gone)
