@@ -28,6 +28,7 @@ MAX_REPLICAS = 5
 MAX_INT64 = 2**63 - 1
 # The metadata key by which a stream declares a coarser subject partitioning: its first N tokens.
 PARTITION_TOKENS_KEY = "jetlake.partition_tokens"
+DEFAULT_PARTITION_TOKENS = 1  # a new stream's table is partitioned by the subject's first token
 _NAME_FORBIDDEN = re.compile(r"[\s.*>/\\\x00-\x1f\x7f]")
 
 Retention = Literal["limits", "interest", "workqueue"]
@@ -128,16 +129,25 @@ class StreamConfig(_Model):
 
     @property
     def partition_tokens(self) -> int:
-        """How many leading subject tokens name the table partition (0: the whole subject)."""
+        """How many leading subject tokens name the table partition of a new stream (0: the whole
+        subject, on request only; layout.py's Partitioner bounds the partitions of the others)."""
         if self.metadata and PARTITION_TOKENS_KEY in self.metadata:
             return int(self.metadata[PARTITION_TOKENS_KEY])
-        return bucket_partition_tokens(self.name, self.subjects)
+        return bucket_partition_tokens(self.name, self.subjects) or DEFAULT_PARTITION_TOKENS
+
+    @property
+    def legacy_partition_tokens(self) -> int:
+        """The layout of a stream made before its record named its partitioning: the whole subject,
+        unless its metadata said otherwise."""
+        if self.metadata and PARTITION_TOKENS_KEY in self.metadata:
+            return int(self.metadata[PARTITION_TOKENS_KEY])
+        return 0
 
 
 def bucket_partition_tokens(name: str, subjects: list[str] | None) -> int:
     """A KV bucket or object store that a NATS client made itself (`KV_<b>` on `$KV.<b>.>`, `OBJ_<b>` on
-    `$O.<b>.C.>` and `$O.<b>.M.>`) is partitioned per bucket like the engine's own buckets, not one
-    table partition per key; any other stream by its whole subject."""
+    `$O.<b>.C.>` and `$O.<b>.M.>`) is partitioned per bucket like the engine's own buckets; 0 for any
+    other stream."""
     if name.startswith("KV_") and subjects == [f"$KV.{name[3:]}.>"]:
         return 2
     bucket = name[4:]

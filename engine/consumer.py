@@ -407,6 +407,14 @@ class Consumer:
         for seq in np.sort(pending[np.isin(pending, seqs)]).tolist():
             self._drop_pending(seq)
 
+    def drop_removed_range(self, first: int, last: int) -> None:
+        """`drop_removed` for every sequence in [first, last] (a purge, an expiry, a limit)."""
+        if not self.state.pending:
+            return
+        pending = np.fromiter(self.state.pending, np.int64, len(self.state.pending))
+        for seq in np.sort(pending[(pending >= first) & (pending <= last)]).tolist():
+            self._drop_pending(seq)
+
     def next_deadline(self) -> int | None:
         while self._due:
             deadline, seq = self._due[0]

@@ -192,7 +192,7 @@ class Flusher:
             log.exception("flushing stream %s failed; its log is kept and retried", stream.name)
             return 0
         with stream.lock:
-            store.finish(job)
+            store.finish(job, stream.index)
         health.succeeded()
         self.stats.messages += job.messages.num_rows if job.messages is not None else 0
         return 1
@@ -215,7 +215,7 @@ class Flusher:
     def _requeue(stream: Stream, job: Any) -> None:
         if job is not None:
             with stream.lock:
-                stream.store.requeue(job)  # type: ignore[attr-defined]
+                stream.store.requeue(job, stream.index)  # type: ignore[attr-defined]
 
     def _flush_acks(self, fold: bool, lease_timeout: float, result: FlushResult) -> int:
         health = self.health.setdefault(ACKS, TableHealth())

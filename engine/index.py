@@ -245,10 +245,12 @@ class MessageIndex:
                 self._cache_used -= found.nbytes
             elif self.loader is None or block > self._block(self.flushed_upto):
                 found = Detail.empty()
-            else:
+            else:  # a block the table holds in part (after a restart): rows past the index's end come next
                 found = self._detail(block)
                 self._cache_used -= found.nbytes
                 del self._cache[block]
+                if found.n and found.seqs[found.n - 1] > self.last_seq:
+                    found.keep(found.view()[0] <= self.last_seq)
             self._pinned[block] = found
         return found
 
@@ -970,6 +972,17 @@ def seq_ranges(seqs: Iterable[int] | np.ndarray) -> list[tuple[int, int]]:
     starts = np.concatenate(([arr[0]], arr[breaks + 1]))
     ends = np.concatenate((arr[breaks], [arr[-1]]))
     return list(zip(starts.tolist(), ends.tolist(), strict=True))
+
+
+def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Inclusive ranges sorted, with overlapping or adjacent ones joined."""
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(ranges):
+        if out and a <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
 
 
 def _few_ranges(seqs: list[int]) -> list[tuple[int, int]]:

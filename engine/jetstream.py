@@ -145,6 +145,9 @@ class JetStream:
         if self.opened:
             result = self.flusher.flush()
             for entry in list(self._streams.values()):
+                if isinstance(entry.stream.store, DeltaStore) and not result.failed:
+                    with entry.stream.lock:
+                        entry.stream.store.snapshot_if_stale(entry.stream.index)
                 try:
                     entry.stream.store.close()
                 except OSError as exc:
@@ -162,7 +165,8 @@ class JetStream:
         config, _ = parse_stream_config(record["config"])
         config = check_stream_config(config)
         started = time.monotonic()
-        stream = self._new_stream(config, record["created"], record["stream_id"])
+        tokens = record.get("partition_tokens", config.legacy_partition_tokens)
+        stream = self._new_stream(config, record["created"], record["stream_id"], tokens)
         try:
             stream.recover()
         except Exception as exc:  # noqa: BLE001 - one bad stream must not keep the others from serving
@@ -172,7 +176,7 @@ class JetStream:
                 stream.store.close()
             except OSError:
                 pass  # what it read is dropped with it
-            stream = self._new_stream(config, record["created"], record["stream_id"])
+            stream = self._new_stream(config, record["created"], record["stream_id"], tokens)
             stream.unavailable = stream.failure = f"recovery failed: {type(exc).__name__}: {exc}"
             stream.recovered = False
         self._streams[config.name] = _Entry(stream)
@@ -181,23 +185,25 @@ class JetStream:
             config.name, stream.index.msgs, stream.index.last_seq, time.monotonic() - started,
         )
 
-    def _new_stream(self, config: StreamConfig, created: int, stream_id: str) -> Stream:
-        stream = Stream(config, created, stream_id, self._new_store(config, stream_id), self.clock, self.options.max_payload)
+    def _new_stream(self, config: StreamConfig, created: int, stream_id: str, partition_tokens: int) -> Stream:
+        store = self._new_store(config, stream_id, partition_tokens)
+        stream = Stream(config, created, stream_id, store, self.clock, self.options.max_payload)
         stream.quota = self if self._limits.limits_bytes else None
         return stream
 
-    def _new_store(self, config: StreamConfig, stream_id: str) -> StreamStore:
+    def _new_store(self, config: StreamConfig, stream_id: str, partition_tokens: int) -> StreamStore:
+        """A stream's store; `partition_tokens` is fixed when the stream is made (its table keeps its layout)."""
         if config.storage == "memory":
-            return MemoryStore()
+            return MemoryStore(partition_tokens)
         return DeltaStore(
-            self.layout, config.name, stream_id, config.partition_tokens,
+            self.layout, config.name, stream_id, partition_tokens,
             self.options.sync_always, self.options.cache_bytes, self.backlog,
         )
 
     def _reload(self, stream: Stream) -> None:
         """Re-reads a stream from disk after a failed log write (the flusher calls it, holding its lock,
         so no commit of the stream is under way); its consumers drop what is gone."""
-        stream.reload(self._new_store(stream.config, stream.stream_id))
+        stream.reload(self._new_store(stream.config, stream.stream_id, stream.store.partitioner.tokens))
         with stream.lock:
             for consumer in stream.consumers.values():
                 gone = [s for s in consumer.state.pending if not stream.index.is_live(s)]
@@ -221,7 +227,7 @@ class JetStream:
                     return self._info(existing.stream), False
                 raise errors.stream_name_exists()
             self._check_overlap(config)
-            stream = self._new_stream(config, self.clock.now_ns(), uuid.uuid4().hex)
+            stream = self._new_stream(config, self.clock.now_ns(), uuid.uuid4().hex, config.partition_tokens)
             if isinstance(stream.store, DeltaStore):
                 stream.store.create()
                 self._write_config(stream)
@@ -333,7 +339,10 @@ class JetStream:
                         raise errors.subjects_overlap()
 
     def _write_config(self, stream: Stream) -> None:
-        record = {"config": stream.config.to_json(), "created": stream.created_ns, "stream_id": stream.stream_id}
+        record = {
+            "config": stream.config.to_json(), "created": stream.created_ns, "stream_id": stream.stream_id,
+            "partition_tokens": stream.store.partitioner.tokens,
+        }
         atomic_write(self.layout.stream_config(stream.name), orjson.dumps(record))
 
     def _info(self, stream: Stream, subjects_filter: str | None = None) -> dict[str, Any]:

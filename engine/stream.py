@@ -23,7 +23,7 @@ from engine.accounts.limits import account_resources_exceeded
 from engine.clock import Clock
 from engine.config import StreamConfig
 from engine.errors import JetStreamError
-from engine.index import MessageIndex, seq_ranges
+from engine.index import MessageIndex, merge_ranges, seq_ranges
 from engine.messages import (
     DEFAULT_MAX_PAYLOAD,
     STORE_OVERHEAD,
@@ -38,7 +38,6 @@ from engine.messages import (
 )
 from engine.store.rows import RowGroup, Rows, plain_rows
 from engine.store.base import Removal, StoredMessage, StreamStore
-from engine.store.layout import partition_value
 from engine.subjects import FWC, is_valid_subject
 
 if TYPE_CHECKING:
@@ -63,7 +62,7 @@ class _Accepted:
         self.data: list[bytes] = []
         self.sizes: list[int] = []
         self.partitions: list[str] = []
-        self.removed: dict[str, list[int]] = {}
+        self.removed: dict[str, list[tuple[int, int]]] = {}  # reason -> inclusive sequence ranges
         self.groups: list[RowGroup] = []
 
     def add_run(self, run: RowGroup) -> None:
@@ -78,9 +77,9 @@ class _Accepted:
             self.seqs, self.subjects, self.ts, self.msg_ids = [], [], [], []
             self.headers, self.data, self.sizes, self.partitions = [], [], [], []
 
-    def remove(self, reason: str, seqs: list[int] | np.ndarray) -> None:
-        if len(seqs):
-            self.removed.setdefault(reason, []).extend(int(s) for s in seqs)
+    def remove(self, reason: str, ranges: list[tuple[int, int]]) -> None:
+        if ranges:
+            self.removed.setdefault(reason, []).extend(ranges)
 
 
 class Stream:
@@ -101,7 +100,7 @@ class Stream:
         self.store = store
         self.clock = clock
         self.max_payload = max_payload
-        self.index = MessageIndex()
+        self.index: MessageIndex = store.new_index()
         self.lock = threading.RLock()
         self._msg_ids: dict[str, tuple[int, int]] = {}
         self._msg_id_order: deque[tuple[int, str]] = deque()
@@ -126,7 +125,9 @@ class Stream:
     def recover(self) -> None:
         with self.lock:
             since = self.clock.now_ns() - self.config.duplicate_window
-            recovered = self.store.recover(self.index, since)
+            recovered = self.store.recover(since)
+            assert recovered.index is not None
+            self.index = recovered.index
             for msg_id, seq, ts in recovered.msg_ids:
                 self._remember_msg_id(msg_id, seq, ts)
             self.last_msg_id = recovered.last_msg_id
@@ -144,7 +145,7 @@ class Stream:
                 old.close()
             except OSError:
                 pass  # its segment is re-read from disk below; a failed close loses nothing acknowledged
-            self.index = MessageIndex()
+            self.index = store.new_index()
             self._msg_ids = {}
             self._msg_id_order = deque()
             self.last_msg_id = None
@@ -247,7 +248,6 @@ class Stream:
         first = ix.last_seq + 1
         ix.append_run(first, subjects, sizes, ts)
         count = len(subjects)
-        tokens = c.partition_tokens
         acc.seqs.extend(range(first, first + count))
         acc.subjects.extend(subjects)
         acc.ts.extend([ts] * count)
@@ -255,7 +255,8 @@ class Stream:
         acc.headers.extend([None] * count)
         acc.data.extend(data)
         acc.sizes.extend(sizes)
-        partitions = {s: partition_value(s, tokens) for s in set(subjects)}
+        partition_of = self.store.partitioner
+        partitions = {s: partition_of(s) for s in set(subjects)}
         acc.partitions.extend([partitions[s] for s in subjects])
         self.last_msg_id = None
         if c.max_msgs_per_subject > 0:
@@ -304,10 +305,10 @@ class Stream:
                 (subject, length), = subject_lengths.items()
                 sizes = lengths + (length + STORE_OVERHEAD)
                 subject_column = pa.repeat(pa.scalar(subject, pa.string()), count)
-                partition_column = pa.repeat(pa.scalar(partition_value(subject, c.partition_tokens), pa.string()), count)
+                partition_column = pa.repeat(pa.scalar(self.store.partitioner(subject), pa.string()), count)
             else:
                 sizes = lengths + np.array([subject_lengths[s] for s in subjects], np.int64) + STORE_OVERHEAD
-                partitions = {s: partition_value(s, c.partition_tokens) for s in subject_lengths}
+                partitions = {s: self.store.partitioner(s) for s in subject_lengths}
                 subject_column = pa.array(subjects, pa.string())
                 partition_column = pa.array([partitions[s] for s in subjects], pa.string())
             ix.append_run(first, subjects, sizes, ts)
@@ -386,14 +387,14 @@ class Stream:
         acc.headers.append(h)
         acc.data.append(msg.data)
         acc.sizes.append(size)
-        acc.partitions.append(partition_value(msg.subject, c.partition_tokens))
+        acc.partitions.append(self.store.partitioner(msg.subject))
         self.last_msg_id = msg_id
         if msg_id:
             self._remember_msg_id(msg_id, seq, ts)
         if rollup == hdr.ROLLUP_SUBJECT:
             acc.remove("rollup", self._remove(self.index.live_seqs(msg.subject, stop=seq)))
         elif rollup == hdr.ROLLUP_ALL:
-            acc.remove("rollup", self._remove(self.index.live_seqs(stop=seq)))
+            acc.remove("rollup", self._remove_through(seq - 1)[1])
         self._enforce_limits(msg.subject, acc)
         if c.retention == "interest" and not any(x.matches(msg.subject) for x in self.consumers.values()):
             acc.remove("interest", self._remove(np.array([seq], np.int64)))
@@ -450,12 +451,9 @@ class Stream:
         if c.discard == "new" and subject is not None:
             return
         if c.max_msgs > 0 and ix.msgs > c.max_msgs:
-            acc.remove("limits", self._remove(ix.live_seqs()[: ix.msgs - c.max_msgs]))
+            acc.remove("limits", self._remove_through(ix.nth_live_seq(ix.msgs - c.max_msgs))[1])
         if c.max_bytes > 0 and ix.bytes > c.max_bytes:
-            seqs = ix.live_seqs()
-            excess = ix.bytes - c.max_bytes
-            cut = int(np.searchsorted(np.cumsum(ix.sizes_of(seqs)), excess, side="left")) + 1
-            acc.remove("limits", self._remove(seqs[:cut]))
+            acc.remove("limits", self._remove_through(ix.seq_covering_bytes(ix.bytes - c.max_bytes))[1])
 
     def _expire(self, now: int, acc: _Accepted | None = None) -> None:
         """`max_age`: messages older than it leave every read at once (not while writes are refused:
@@ -463,31 +461,46 @@ class Stream:
         max_age = self.config.max_age
         if not max_age or self.index.msgs == 0 or self.index.first_ts >= now - max_age or self.failure is not None:
             return
-        seqs = self._remove(self.index.seqs_before_time(now - max_age))
+        _, ranges = self._remove_through(self.index.last_seq_before_time(now - max_age))
         if acc is not None:
-            acc.remove("max_age", seqs)
+            acc.remove("max_age", ranges)
         else:
-            self._record_removals({"max_age": seqs.tolist()}, now)
+            self._record_removals({"max_age": ranges}, now)
 
-    def _remove(self, seqs: np.ndarray) -> np.ndarray:
-        if len(seqs):
-            self.index.remove_many(seqs)
-            for consumer in self.consumers.values():
-                consumer.drop_removed(seqs)
-        return seqs
+    def _remove(self, seqs: np.ndarray) -> list[tuple[int, int]]:
+        """Removes live messages (sorted, unique); returns them as ranges for the tombstones."""
+        if not len(seqs):
+            return []
+        self.index.remove_many(seqs)
+        for consumer in self.consumers.values():
+            consumer.drop_removed(seqs)
+        return seq_ranges(seqs)
+
+    def _remove_through(self, last: int) -> tuple[int, list[tuple[int, int]]]:
+        """Removes every live message up to `last` (expiry, limits, purges): settled block by block by
+        the index, without listing the sequences. Returns how many went, and the range to record."""
+        first = self.index.first_seq
+        if last < first:
+            return 0, []
+        removed = self.index.remove_range(first, last)
+        if not removed:
+            return 0, []
+        for consumer in self.consumers.values():
+            consumer.drop_removed_range(first, last)
+        return removed, [(first, last)]
 
     def _append(self, acc: _Accepted, now: int) -> None:
         acc.close()
         self._store_append(acc.groups, self._removals(acc.removed, now))
 
-    def _removals(self, removed: dict[str, list[int]], now: int, erase: bool = False) -> list[Removal]:
+    def _removals(self, removed: dict[str, list[tuple[int, int]]], now: int, erase: bool = False) -> list[Removal]:
         return [
-            Removal(seq_ranges(sorted(seqs)), reason, erase, self.index.last_seq, now)
-            for reason, seqs in removed.items()
-            if seqs
+            Removal(merge_ranges(ranges), reason, erase, self.index.last_seq, now)
+            for reason, ranges in removed.items()
+            if ranges
         ]
 
-    def _record_removals(self, removed: dict[str, list[int]], now: int, erase: bool = False) -> None:
+    def _record_removals(self, removed: dict[str, list[tuple[int, int]]], now: int, erase: bool = False) -> None:
         removals = self._removals(removed, now, erase)
         if removals:
             self._store_append([], removals)
@@ -538,8 +551,7 @@ class Stream:
             if not len(seqs):
                 return 0
             self._check_writable()
-            self._remove(seqs)
-            self._record_removals({reason: seqs.tolist()}, self.clock.now_ns())
+            self._record_removals({reason: self._remove(seqs)}, self.clock.now_ns())
             return len(seqs)
 
     def erase_seqs(self, seqs: np.ndarray) -> int:
@@ -551,8 +563,7 @@ class Stream:
             if not len(seqs):
                 return 0
             self._check_writable()
-            self._remove(seqs)
-            self._record_removals({"erase": seqs.tolist()}, self.clock.now_ns(), erase=True)
+            self._record_removals({"erase": self._remove(seqs)}, self.clock.now_ns(), erase=True)
             return len(seqs)
 
     def get(self, seq: int) -> StoredMessage:
@@ -643,8 +654,8 @@ class Stream:
             if not self.index.is_live(seq):
                 raise errors.sequence_not_found(seq)
             self._check_writable()
-            self._remove(np.array([seq], np.int64))
-            self._record_removals({"erase" if erase else "delete": [seq]}, self.clock.now_ns(), erase)
+            self._record_removals({"erase" if erase else "delete": self._remove(np.array([seq], np.int64))},
+                                  self.clock.now_ns(), erase)
 
     def purge(self, filter_: str | None = None, seq: int = 0, keep: int = 0) -> int:
         """JetStream's PurgeEx: all, by filter (wildcards), keeping the newest `keep`, or below `seq`."""
@@ -668,26 +679,25 @@ class Stream:
                 if seq == 1:
                     return 0
                 if seq > 1:
-                    seqs = ix.live_seqs(stop=seq)
-                    self._remove(seqs)
+                    purged, ranges = self._remove_through(seq - 1)
                     if seq > ix.last_seq + 1:
                         ix.skip_to(seq)
                 elif keep > 0:
                     if keep >= ix.msgs:
                         return 0
-                    seqs = self._remove(ix.live_seqs(stop=ix.last_seq - keep + 1))
+                    purged, ranges = self._remove_through(ix.last_seq - keep)
                 else:
-                    seqs = self._remove(ix.live_seqs())
+                    purged, ranges = self._remove_through(ix.last_seq)
             else:
                 seqs = ix.live_seqs(filter_, stop=seq if seq > 1 else None)
                 if keep > 0:
                     seqs = seqs[: max(len(seqs) - keep, 0)]
-                self._remove(seqs)
-            if len(seqs) or ix.last_seq != last_before:
-                self._record_removals({"purge": seqs.tolist()} if len(seqs) else {}, now)
-                if not len(seqs):
+                purged, ranges = len(seqs), self._remove(seqs)
+            if purged or ix.last_seq != last_before:
+                self._record_removals({"purge": ranges} if purged else {}, now)
+                if not purged:
                     self._store_append([], [Removal([], "purge", False, ix.last_seq, now)])
-            return len(seqs)
+            return purged
 
 
 def _parse_seq(value: str) -> int:

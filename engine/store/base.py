@@ -7,6 +7,7 @@ the write-ahead log and the Delta table. Counterpart: server/store.go (StreamSto
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -45,13 +46,16 @@ class Removal:
 
 @dataclass(slots=True)
 class Recovered:
-    """What a store hands back after a restart, besides the rebuilt index."""
+    """What a store hands back after a restart: the rebuilt index and the duplicate window's ids."""
 
     msg_ids: list[tuple[str, int, int]] = field(default_factory=list)  # (msg_id, seq, ts), in seq order
     last_msg_id: str | None = None
+    index: MessageIndex | None = None
 
 
 class StreamStore(Protocol):
+    partitioner: Callable[[str], str]  # the table partition of a subject (memory streams: never written)
+
     def append(self, groups: list[RowGroup], removals: list[Removal]) -> None:
         """Makes the accepted messages (row groups in sequence order) and removals durable (per the sync
         policy) before returning."""
@@ -60,7 +64,10 @@ class StreamStore(Protocol):
 
     def load_many(self, seqs: list[int], index: MessageIndex) -> dict[int, StoredMessage]: ...
 
-    def recover(self, index: MessageIndex, msg_id_since_ns: int) -> Recovered: ...
+    def new_index(self) -> MessageIndex:
+        """An empty index wired to this store (a file stream's reads its details from the table)."""
+
+    def recover(self, msg_id_since_ns: int) -> Recovered: ...
 
     def pending_bytes(self) -> int: ...
 

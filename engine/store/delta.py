@@ -13,22 +13,21 @@ from __future__ import annotations
 
 import logging
 import shutil
-import threading
 import time
-from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote
+from typing import Any
 
 import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from deltalake import DeltaTable, Transaction, WriterProperties
 from deltalake.exceptions import TableNotFoundError
 
 from engine.index import MessageIndex
+from engine.seqset import SeqSet
+from engine.store import index_file
 from engine.store.rows import KIND_ARROW, KIND_PACKED, RowGroup, Rows, decode
 from engine.store.backlog import Backlog
 from engine.store.base import Recovered, Removal, StoredMessage
@@ -40,10 +39,11 @@ from engine.store.layout import (
     TOMBSTONE_SCHEMA,
     TOMBSTONE_TABLE_PROPERTIES,
     Layout,
-    partition_value,
+    Partitioner,
 )
 from engine.store.lease import commit_lease
 from engine.store.memory import MessageBuffer
+from engine.store.table_reads import READ_AHEAD, READ_WINDOW_BYTES, TableReads
 from engine.store.wal import Record, WriteAheadLog
 
 log = logging.getLogger(__name__)
@@ -52,10 +52,9 @@ KIND_REMOVE = 2
 DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
 ROW_GROUP_ROWS = 8192  # small row groups: a read by sequence decodes one group, not a whole file
 ROW_GROUP_BYTES = 8 * 1024 * 1024  # and few enough bytes that a read of a large message stays small
-READ_AHEAD = ROW_GROUP_ROWS
-READ_WINDOWS = 8  # decoded row groups reads keep at hand (the groups of several partitions overlap in sequences)
-READ_WINDOW_BYTES = 16 * 1024 * 1024
-_FILE_COLUMNS = [name for name in STREAM_SCHEMA.names if name != PARTITION_COLUMN]
+REBUILD_WINDOW = 1 << 20  # sequences read at a time when the index is rebuilt from the table
+SNAPSHOT_SECONDS = 30.0  # an index snapshot at most this often ...
+SNAPSHOT_ROWS = 1_000_000  # ... or after this many flushed messages, whichever comes first
 
 
 def _encode_removal(r: Removal) -> bytes:
@@ -99,25 +98,10 @@ def _row_group_rows(table: pa.Table) -> int:
     return int(min(ROW_GROUP_ROWS, max(16, ROW_GROUP_BYTES // average)))
 
 
-def _once_per_seq(table: pa.Table, stream: str) -> pa.Table:
-    """A table sorted by `seq` with each sequence once: an earlier version could append a commit twice
-    (when delta-rs raised after the commit landed); such a warehouse opens, with a warning."""
-    seqs = table.column("seq").to_numpy()
-    if len(seqs) < 2:
-        return table
-    first = np.ones(len(seqs), np.bool_)
-    np.not_equal(seqs[1:], seqs[:-1], out=first[1:])
-    if first.all():
-        return table
-    log.warning("stream %s: its table holds %d rows twice (a commit appended again); each is read once",
-                stream, int((~first).sum()))
-    return table.filter(pa.array(first))
-
-
-def _ranges_to_seqs(ranges: list[tuple[int, int]]) -> np.ndarray:
-    if not ranges:
-        return np.zeros(0, np.int64)
-    return np.concatenate([np.arange(a, b + 1, dtype=np.int64) for a, b in ranges])
+def _partition_values(rows: RowGroup) -> set[str]:
+    if isinstance(rows, Rows):
+        return set(rows.partitions)
+    return set(pc.unique(rows.to_arrow().column(PARTITION_COLUMN)).to_pylist())
 
 
 @dataclass
@@ -132,93 +116,7 @@ class FlushJob:
     buffered_upto: int
     since: float | None = None  # monotonic time of its oldest append
     messages_committed: bool = False
-
-
-class _Window:
-    """Messages read from the table for a range of sequences, as Python columns: O(1) per message."""
-
-    def __init__(self, table: pa.Table) -> None:
-        self.seqs = table.column("seq").to_numpy()
-        self._positions = {int(s): i for i, s in enumerate(self.seqs.tolist())}
-        self.subjects = table.column("subject").to_pylist()
-        self.ts = (table.column("ts").cast(pa.int64()).to_numpy() * 1000).tolist()
-        self.msg_ids = table.column("msg_id").to_pylist()
-        self.headers = table.column("headers").to_pylist()
-        self.data = table.column("data").to_pylist()
-
-    def get(self, seq: int) -> StoredMessage | None:
-        i = self._positions.get(seq)
-        if i is None:
-            return None
-        headers = self.headers[i]
-        return StoredMessage(self.subjects[i], seq, self.ts[i], self.data[i] or b"", dict(headers) if headers else None, self.msg_ids[i])
-
-
-class _RowGroups:
-    """Decoded row groups of the table's files, least recently used first out, within a byte budget.
-
-    A file's footer is parsed once; a point read decodes the one row group whose `seq` statistics
-    hold the sequence, and later reads in that group are dictionary lookups.
-    """
-
-    def __init__(self, budget: int) -> None:
-        self.budget = budget
-        self._meta: dict[Path, tuple[pq.FileMetaData, np.ndarray, np.ndarray]] = {}
-        self._groups: OrderedDict[tuple[Path, int], tuple[_Window, int]] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-
-    def find(self, path: Path, seq: int) -> StoredMessage | None:
-        """The message `seq` of the file at `path`, from the row groups whose statistics may hold it."""
-        meta, lows, highs = self._footer(path)
-        for group in np.flatnonzero((lows <= seq) & (highs >= seq)).tolist():
-            msg = self._window(path, meta, group).get(seq)
-            if msg is not None:
-                return msg
-        return None
-
-    def _window(self, path: Path, meta: pq.FileMetaData, group: int) -> _Window:
-        key = (path, group)
-        with self._lock:
-            cached = self._groups.get(key)
-            if cached is not None:
-                self._groups.move_to_end(key)
-                return cached[0]
-        table = pq.ParquetFile(path, metadata=meta).read_row_group(group, columns=_FILE_COLUMNS)
-        window = _Window(table)
-        with self._lock:
-            self._groups[key] = (window, table.nbytes)
-            self._bytes += table.nbytes
-            while self._bytes > self.budget and len(self._groups) > 1:
-                _, (_, size) = self._groups.popitem(last=False)
-                self._bytes -= size
-        return window
-
-    def _footer(self, path: Path) -> tuple[pq.FileMetaData, np.ndarray, np.ndarray]:
-        found = self._meta.get(path)
-        if found is None:
-            meta = pq.read_metadata(path)
-            column = meta.schema.to_arrow_schema().get_field_index("seq")
-            stats = [meta.row_group(i).column(column).statistics for i in range(meta.num_row_groups)]
-            lows = np.array([st.min if st is not None and st.has_min_max else -1 for st in stats], np.int64)
-            highs = np.array([st.max if st is not None and st.has_min_max else 2**62 for st in stats], np.int64)
-            found = self._meta[path] = (meta, lows, highs)
-        return found
-
-    def clear(self) -> None:
-        with self._lock:
-            self._meta.clear()
-            self._groups.clear()
-            self._bytes = 0
-
-
-@dataclass
-class _FileMap:
-    version: int = -1
-    paths: list[str] = field(default_factory=list)
-    partitions: np.ndarray = field(default_factory=lambda: np.zeros(0, object))
-    min_seq: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    max_seq: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    snapshot: tuple[dict[str, Any], dict[str, np.ndarray]] | None = None  # the index once this job is in
 
 
 class DeltaStore:
@@ -233,11 +131,12 @@ class DeltaStore:
         sync_always: bool = False,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         backlog: Backlog | None = None,
+        index_cache_bytes: int | None = None,
     ) -> None:
         self.layout = layout
         self.stream = stream
         self.stream_id = stream_id
-        self.partition_tokens = partition_tokens
+        self.partitioner = Partitioner(partition_tokens)
         self.sync_always = sync_always
         self.table_path = layout.stream_table(stream)
         self.backlog = backlog or Backlog()
@@ -245,15 +144,22 @@ class DeltaStore:
         self._table = TableCommitter(self.table_path, "stream", sync_always)
         self._tombstones = TableCommitter(layout.tombstones_table, "tombstones", sync_always)
         self.buffer = MessageBuffer(cache_bytes)
+        self.reads = TableReads(self.table_path, self.partitioner, cache_bytes)
+        self.index_cache_bytes = index_cache_bytes or cache_bytes // 2
+        self._snapshot_path = layout.index_snapshot(stream)
+        self._snapshot_at = time.monotonic()
+        self._snapshot_rows = 0
+        self._snapshot_now = False
         self._pending_removals: list[tuple[int, Removal]] = []
         self._unflushed_bytes = 0
         self._oldest_unflushed: float | None = None
-        self._files = _FileMap()
-        self._files_lock = threading.Lock()
-        self._windows: list[tuple[int, int, _Window]] = []
-        self._window_hint: tuple[int, int, _Window] | None = None
-        self._row_groups = _RowGroups(cache_bytes)
         self.commits = 0
+
+    def new_index(self) -> MessageIndex:
+        """An empty index whose block details are read back from this table."""
+        index = MessageIndex(cache_bytes=self.index_cache_bytes)
+        index.loader = self.reads.index_rows
+        return index
 
     @property
     def _lsn_app(self) -> str:
@@ -320,6 +226,7 @@ class DeltaStore:
             last_msg_seq = groups[-1].last_seq
             live = index.live_mask(table.column("seq").to_numpy())
             messages = table.filter(pa.array(live)) if not live.all() else table
+            index.seal(last_msg_seq)
         job = FlushJob(
             messages=messages,
             last_msg_seq=last_msg_seq,
@@ -329,10 +236,60 @@ class DeltaStore:
             buffered_upto=last_msg_seq,
             since=self._oldest_unflushed,
         )
+        self._snapshot_rows += (messages.num_rows if messages is not None else 0) + len(self._pending_removals)
+        if self._snapshot_due():
+            job.snapshot = self._capture(index, last_msg_seq)
         self._pending_removals = []
         self._unflushed_bytes = 0
         self._oldest_unflushed = None
         return job
+
+    # -- index snapshots ----------------------------------------------------------------------
+
+    def request_snapshot(self) -> None:
+        """The next flush also writes an index snapshot (on close, so the next start reads no table)."""
+        self._snapshot_now = True
+
+    def _snapshot_due(self) -> bool:
+        return self._snapshot_now or self._snapshot_rows >= SNAPSHOT_ROWS or (
+            self._snapshot_rows > 0 and time.monotonic() - self._snapshot_at >= SNAPSHOT_SECONDS
+        )
+
+    def _capture(self, index: MessageIndex, flushed_seq: int) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """The index as it will be once the job is committed (everything sealed is in it), without the
+        names of subjects that have no message left (no erased subject outlives its messages)."""
+        index.forget_dead_subjects()
+        meta = {"stream_id": self.stream_id, "flushed_seq": flushed_seq, "lsn": self.wal.next_lsn - 1,
+                "partitions": sorted(self.partitioner.names())}
+        self._snapshot_now = False
+        return meta, index.to_arrays()
+
+    def _write_snapshot(self, job: FlushJob) -> None:
+        if job.snapshot is None:
+            return
+        meta, arrays = job.snapshot
+        try:
+            size = index_file.write(self._snapshot_path, meta, arrays)
+            log.debug("stream %s: index snapshot at seq %d (%d bytes)", self.stream, meta["flushed_seq"], size)
+        except OSError as exc:  # a snapshot only saves work at the next start
+            log.warning("stream %s: index snapshot not written: %s", self.stream, exc)
+        self._snapshot_at = time.monotonic()
+        self._snapshot_rows = 0
+        job.snapshot = None
+
+    def snapshot_if_stale(self, index: MessageIndex) -> None:
+        """Writes an index snapshot now if messages or removals were flushed since the last one and
+        nothing is waiting (the engine's close: the next start then reads no table)."""
+        if self.has_pending() or not (self._snapshot_rows or self._snapshot_now):
+            return
+        job = FlushJob(None, self.buffer.flushed_upto, [], index.last_seq, [], self.buffer.flushed_upto)
+        job.snapshot = self._capture(index, self.buffer.flushed_upto)
+        self._write_snapshot(job)
+
+    def drop_snapshot(self) -> None:
+        """Removes the index snapshot (an erasure: the next one is written without the erased subjects)."""
+        self._snapshot_path.unlink(missing_ok=True)
+        self._snapshot_now = True
 
     def commit(self, job: FlushJob, lease_timeout: float | None = None) -> None:
         """Writes a sealed job to the tables under their commit leases, exactly once (see commits.py).
@@ -354,6 +311,7 @@ class DeltaStore:
             self.commits += 1
         if job.removals:
             self._commit_removals(job, lease_timeout)
+        self._write_snapshot(job)
 
     def _commit_removals(self, job: FlushJob, lease_timeout: float | None) -> None:
         extra = [Transaction(app_id=self._seq_app, version=max(job.last_seq, 0))]
@@ -380,25 +338,31 @@ class DeltaStore:
         ts = table.column("ts").cast(TOMBSTONE_SCHEMA.field("ts").type)
         return table.set_column(6, "ts", ts).cast(TOMBSTONE_SCHEMA)
 
-    def requeue(self, job: FlushJob) -> None:
+    def requeue(self, job: FlushJob, index: MessageIndex) -> None:
         """A commit failed or waited: what it did not write stays pending; its segments are resealed next time.
 
         Messages already committed are marked flushed, so a retry never appends them twice.
         """
         self._pending_removals = job.removals + self._pending_removals
+        if job.snapshot is not None:
+            self._snapshot_now = True
+            job.snapshot = None
         if job.messages_committed:
             self.buffer.mark_flushed(job.buffered_upto)
-            self._stale = True
+            index.mark_flushed(job.buffered_upto)
+            self.reads.changed()
         elif job.messages is not None:
             self._unflushed_bytes += max(job.messages.nbytes, 1)
         if job.since is not None:
             self._oldest_unflushed = min(job.since, self._oldest_unflushed or job.since)
 
-    def finish(self, job: FlushJob) -> None:
-        """After a commit: the buffered messages become a cache, the sealed segments go (a segment that
-        cannot be deleted now is retried at the next flush; it is never committed again)."""
+    def finish(self, job: FlushJob, index: MessageIndex) -> None:
+        """After a commit: the buffered messages become a cache, the index may evict their details, and
+        the sealed segments go (a segment that cannot be deleted now is retried at the next flush; it
+        is never committed again)."""
         self.buffer.mark_flushed(job.buffered_upto)
-        self._stale = True
+        index.mark_flushed(job.buffered_upto)
+        self.reads.changed()
         self.wal.remove(job.segments)
 
     # -- reads --------------------------------------------------------------------------------
@@ -409,19 +373,14 @@ class DeltaStore:
         msg = self.buffer.get(seq)
         if msg is not None:
             return msg
-        partition = partition_value(index.subject_of(seq), self.partition_tokens)
-        for attempt in range(2):
-            msg = self._read_from_table(seq, partition, refresh=attempt > 0)
-            if msg is not None:
-                return msg
-        return None
+        return self.reads.message(seq, index.subject_of(seq))
 
     def load_many(self, seqs: list[int], index: MessageIndex) -> dict[int, StoredMessage]:
         """Live messages among `seqs` (ascending). Misses read the table a window ahead, for consumers."""
         found: dict[int, StoredMessage] = {}
         misses: list[int] = []
         live = index.live_mask(np.array(seqs, np.int64)).tolist()
-        buffered, windowed = self.buffer.get, self._window_get
+        buffered, windowed = self.buffer.get, self.reads.windowed
         for seq, ok in zip(seqs, live):
             if not ok:
                 continue
@@ -434,9 +393,10 @@ class DeltaStore:
         while i < len(misses):
             lo = misses[i]
             hi = self._window_end(lo, max(misses[-1], lo + READ_AHEAD), index)
-            self._read_window(lo, hi, index)
+            seqs_in = index.live_seqs(start=lo, stop=hi + 1)
+            self.reads.read_window(lo, hi, {self.partitioner(s) for s in index.subjects_among(seqs_in)})
             while i < len(misses) and misses[i] <= hi:
-                msg = self._window_get(misses[i]) or self.load(misses[i], index)
+                msg = windowed(misses[i]) or self.load(misses[i], index)
                 if msg is not None:
                     found[misses[i]] = msg
                 i += 1
@@ -451,104 +411,39 @@ class DeltaStore:
         cut = int(np.searchsorted(np.cumsum(index.sizes_of(seqs)), READ_WINDOW_BYTES, side="right"))
         return hi if cut >= len(seqs) else int(seqs[max(cut - 1, 0)])
 
-    def _window_get(self, seq: int) -> StoredMessage | None:
-        """From the row groups at hand; the one that answered last is asked first (runs of a subject)."""
-        hint = self._window_hint
-        if hint is not None and hint[0] <= seq <= hint[1]:
-            msg = hint[2].get(seq)
-            if msg is not None:
-                return msg
-        for entry in reversed(self._windows):
-            if entry[0] <= seq <= entry[1] and entry is not hint:
-                msg = entry[2].get(seq)
-                if msg is not None:
-                    self._window_hint = entry
-                    return msg
-        return None
-
-    def _read_window(self, lo: int, hi: int, index: MessageIndex) -> None:
-        """Makes the flushed messages with sequences in [lo, hi] readable: the row groups holding them
-        (by the `seq` statistics, in the files of the partitions live there), whole and decoded once
-        through the row-group cache, so consecutive pulls do not decode a group again."""
-        seqs = index.live_seqs(start=lo, stop=hi + 1)
-        partitions = {partition_value(s, self.partition_tokens) for s in index.subjects_among(seqs)}
-        files = self._file_map(refresh=False)
-        mask = (files.min_seq <= hi) & (files.max_seq >= lo) & np.isin(files.partitions, list(partitions))
-        held = {id(w) for _, _, w in self._windows}
-        for i in np.flatnonzero(mask):
-            path = self.table_path / unquote(files.paths[i])
-            try:
-                meta, lows, highs = self._row_groups._footer(path)
-                for group in np.flatnonzero((lows <= hi) & (highs >= lo)).tolist():
-                    window = self._row_groups._window(path, meta, group)
-                    if id(window) not in held:
-                        held.add(id(window))
-                        self._windows.append((int(lows[group]), int(highs[group]), window))
-            except FileNotFoundError:
-                self.mark_table_changed()
-                return
-        if len(self._windows) > READ_WINDOWS:
-            del self._windows[: len(self._windows) - READ_WINDOWS]
-            self._window_hint = None
-
-    def _read_from_table(self, seq: int, partition: str, refresh: bool) -> StoredMessage | None:
-        """One message by sequence: the file by its `seq` statistics, the row group by its own, both
-        kept in memory (`_RowGroups`), so a repeated or nearby point read (a KV get) costs no I/O."""
-        files = self._file_map(refresh)
-        mask = (files.min_seq <= seq) & (files.max_seq >= seq) & (files.partitions == partition)
-        for i in np.flatnonzero(mask):
-            path = self.table_path / unquote(files.paths[i])
-            try:
-                msg = self._row_groups.find(path, seq)
-            except FileNotFoundError:
-                return None
-            if msg is not None:
-                return msg
-        return None
-
-    def _file_map(self, refresh: bool) -> _FileMap:
-        with self._files_lock:
-            if refresh or self._files.version < 0 or self._stale:
-                dt = DeltaTable(str(self.table_path))
-                actions = pa.table(dt.get_add_actions(flatten=True))
-                self._files = _FileMap(
-                    version=dt.version(),
-                    paths=actions.column("path").to_pylist(),
-                    partitions=np.array(actions.column(f"partition.{PARTITION_COLUMN}").to_pylist(), dtype=object),
-                    min_seq=actions.column("min.seq").to_numpy(zero_copy_only=False).astype(np.int64),
-                    max_seq=actions.column("max.seq").to_numpy(zero_copy_only=False).astype(np.int64),
-                )
-                self._stale = False
-            return self._files
-
-    _stale = True
-
     def mark_table_changed(self) -> None:
-        with self._files_lock:
-            self._stale = True
-            self._windows = []
-            self._window_hint = None
-        self._row_groups.clear()
+        """A job rewrote the table: decoded row groups of replaced files go."""
+        self.reads.forget()
 
     # -- recovery -----------------------------------------------------------------------------
 
-    def recover(self, index: MessageIndex, msg_id_since_ns: int) -> Recovered:
-        """Rebuilds the index from the table, the tombstones and the log.
+    def recover(self, msg_id_since_ns: int) -> Recovered:
+        """Rebuilds the index from its snapshot (or the table), the tombstones and the log.
 
-        The log's torn tail is cut and damage inside it read past (wal.py). The next sequence is after
-        the highest one any of them holds, so no sequence is given twice. Segments whose every record
-        is already in the tables (a crash between a commit and their removal) are removed at once.
+        With a snapshot the table is read only for what was flushed after it, and tombstones only where
+        the snapshot does not already hold them removed; without one (an older warehouse, a damaged
+        file) the index is rebuilt from the table's `seq`, `subject`, `size` and `ts` columns, a window
+        at a time. The log's torn tail is cut and damage inside it read past (wal.py). The next
+        sequence is after the highest one any of them holds, so no sequence is given twice. Segments
+        whose every record is already in the tables (a crash between a commit and their removal) are
+        removed at once.
         """
         recovered = Recovered()
-        flushed_seq, last_seq = 0, 0
+        flushed_seq = 0
         try:
-            dt = DeltaTable(str(self.table_path))
+            flushed_seq = DeltaTable(str(self.table_path)).transaction_version(self.stream_id) or 0
+            has_table = True
         except TableNotFoundError:
-            dt = None
-        if dt is not None:
-            flushed_seq = dt.transaction_version(self.stream_id) or 0
-            self._load_table_index(dt, index, msg_id_since_ns, recovered)
-        tomb_lsn, last_seq = self._apply_tombstones(index)
+            has_table = False
+        index, covered = self._index_from_snapshot(flushed_seq) if has_table else (None, None)
+        if index is None:
+            index = self.new_index()
+        if has_table:
+            self.partitioner.learn(self.reads.partitions())
+            self._read_table_into(index, flushed_seq)
+            recovered.msg_ids, recovered.last_msg_id = self.reads.recent_msg_ids(msg_id_since_ns)
+        index.mark_flushed(flushed_seq)
+        tomb_lsn, last_seq = self._apply_tombstones(index, covered)
         grouped, segments = self.wal.recover_segments()
         self.wal.next_lsn = max(self.wal.next_lsn, tomb_lsn + 1)
         in_tables: list[Path] = []
@@ -568,6 +463,7 @@ class DeltaStore:
             self._oldest_unflushed = time.monotonic()
         if in_tables:
             self._remove_flushed(in_tables)
+        recovered.index = index
         return recovered
 
     def _sequences_maybe_lost(self) -> int:
@@ -579,6 +475,43 @@ class DeltaStore:
                       "sequences are skipped", self.stream, lost)
         return lost
 
+    def _index_from_snapshot(self, flushed_seq: int) -> tuple[MessageIndex | None, SeqSet | None]:
+        """The snapshot's index if it belongs to this stream and the table holds what it says; and the
+        removals it already counts."""
+        found = index_file.read(self._snapshot_path)
+        if found is None:
+            return None, None
+        meta, arrays = found
+        if meta.get("stream_id") != self.stream_id or meta.get("flushed_seq", 0) > flushed_seq:
+            log.warning("stream %s: index snapshot is not this stream's or ahead of its table: rebuilding", self.stream)
+            return None, None
+        index = MessageIndex.from_arrays(arrays, cache_bytes=self.index_cache_bytes)
+        index.loader = self.reads.index_rows
+        index.flushed_upto = meta["flushed_seq"]
+        self.partitioner.learn(set(meta.get("partitions", [])))
+        covered = SeqSet.from_arrays(*index.removed.to_arrays())
+        return index, covered
+
+    def _read_table_into(self, index: MessageIndex, flushed_seq: int) -> None:
+        """Appends the table's rows above the index's last sequence (all of them without a snapshot),
+        a window of sequences at a time, so memory holds one window's columns, never the table's."""
+        low, high = self.reads.seq_bounds()
+        start = max(index.last_seq + 1, low, 1)
+        high = max(high, flushed_seq) if low else 0
+        started, rows = time.monotonic(), 0
+        for lo in range(start, high + 1, REBUILD_WINDOW):
+            hi = min(lo + REBUILD_WINDOW - 1, high)
+            seqs, subjects, sizes, ts = self.reads.index_rows(lo, hi)
+            keep = seqs > index.last_seq
+            if not keep.all():
+                seqs, subjects, sizes, ts = seqs[keep], subjects.filter(pa.array(keep)), sizes[keep], ts[keep]
+            index.append_rows(seqs, subjects, sizes, ts)
+            index.mark_flushed(hi)  # their details may be evicted: the rebuild holds one window at a time
+            rows += len(seqs)
+        if rows:
+            log.info("stream %s: %d messages read from the table into the index in %.2fs", self.stream, rows,
+                     time.monotonic() - started)
+
     def _remove_flushed(self, segments: list[Path]) -> None:
         """Removes log segments a commit of an earlier run replaced (made durable first under sync)."""
         self._table.ensure_durable(self.stream_id)
@@ -586,39 +519,18 @@ class DeltaStore:
         log.info("stream %s: removing %d log segment(s) already committed to the tables", self.stream, len(segments))
         self.wal.remove(segments)
 
-    def _load_table_index(self, dt: DeltaTable, index: MessageIndex, since_ns: int, recovered: Recovered) -> None:
-        table = dt.to_pyarrow_table(columns=["seq", "subject", "ts", "size", "msg_id"])
-        if table.num_rows == 0:
-            return
-        table = _once_per_seq(table.sort_by("seq"), self.stream)
-        seqs = table.column("seq").to_pylist()
-        subjects = table.column("subject").to_pylist()
-        ts = (table.column("ts").cast(pa.int64()).to_numpy() * 1000).tolist()
-        sizes = table.column("size").to_pylist()
-        for s, subj, t, size in zip(seqs, subjects, ts, sizes, strict=True):
-            index.append(s, subj, size, t)
-        recent = table.filter(pc.greater_equal(table.column("ts").cast(pa.int64()), since_ns // 1000))
-        for msg_id, s, t in zip(
-            recent.column("msg_id").to_pylist(), recent.column("seq").to_pylist(),
-            (recent.column("ts").cast(pa.int64()).to_numpy() * 1000).tolist(), strict=True,
-        ):
-            if msg_id:
-                recovered.msg_ids.append((msg_id, s, t))
-        recovered.last_msg_id = table.column("msg_id")[-1].as_py()
-
-    def _apply_tombstones(self, index: MessageIndex) -> tuple[int, int]:
+    def _apply_tombstones(self, index: MessageIndex, covered: SeqSet | None) -> tuple[int, int]:
+        """Removes the tombstoned ranges (the parts a snapshot does not already count as removed)."""
         try:
             dt = DeltaTable(str(self.layout.tombstones_table))
         except TableNotFoundError:
             return 0, 0
         tomb_lsn = dt.transaction_version(self._lsn_app) or 0
         last_seq = dt.transaction_version(self._seq_app) or 0
-        rows = dt.to_pyarrow_table(columns=["stream_id", "first_seq", "last_seq"])
-        rows = rows.filter(pc.equal(rows.column("stream_id"), self.stream_id))
-        ranges = list(zip(rows.column("first_seq").to_pylist(), rows.column("last_seq").to_pylist(), strict=True))
-        if ranges:
-            seqs = np.unique(_ranges_to_seqs(ranges))
-            index.remove_many(seqs)
+        rows = dt.to_pyarrow_table(columns=["stream_id", "first_seq", "last_seq"], filters=[("stream_id", "=", self.stream_id)])
+        for first, last in zip(rows.column("first_seq").to_pylist(), rows.column("last_seq").to_pylist(), strict=True):
+            for a, b in covered.uncovered(first, last) if covered is not None else [(first, last)]:
+                index.remove_range(a, b)
         return tomb_lsn, last_seq
 
     def _replay(
@@ -629,20 +541,25 @@ class DeltaStore:
             rows = decode(record.kind, record.payload)
             if rows.last_seq <= flushed_seq:
                 return rows.last_seq, True
-            for i, (subj, t, size, msg_id) in enumerate(zip(rows.subjects, rows.ts, rows.sizes, rows.msg_ids, strict=True)):
-                s = rows.first_seq + i
-                if s > index.last_seq:
-                    index.append(s, subj, size, t)
+            new = max(index.last_seq + 1 - rows.first_seq, 0)
+            if new < len(rows):
+                index.append_rows(
+                    np.arange(rows.first_seq + new, rows.last_seq + 1, dtype=np.int64), list(rows.subjects[new:]),
+                    np.asarray(rows.sizes[new:], np.int64), np.asarray(rows.ts[new:], np.int64),
+                )
+            for i, (t, msg_id) in enumerate(zip(rows.ts, rows.msg_ids, strict=True)):
                 if msg_id and t >= since_ns:
-                    recovered.msg_ids.append((msg_id, s, t))
-                recovered.last_msg_id = msg_id
+                    recovered.msg_ids.append((msg_id, rows.first_seq + i, t))
+            recovered.last_msg_id = rows.msg_ids[-1]
+            self.partitioner.learn(_partition_values(rows))
             self.buffer.add(rows)
             self._unflushed_bytes += rows.nbytes
             return rows.last_seq, False
         if record.kind == KIND_REMOVE:
             removal = _decode_removal(record.payload)
             if record.lsn > tomb_lsn:
-                index.remove_many(np.unique(_ranges_to_seqs(removal.ranges)))
+                for first, last in removal.ranges:
+                    index.remove_range(first, last)
                 if removal.last_seq > index.last_seq:
                     index.skip_to(removal.last_seq + 1)
                 self._pending_removals.append((record.lsn, removal))

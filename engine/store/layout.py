@@ -97,6 +97,54 @@ def partition_value(subject: str, tokens: int = 0) -> str:
     return f"{readable}~{digest}"
 
 
+NAMED_PARTITIONS = 48  # partition values named after a subject prefix, per stream
+HASHED_PARTITIONS = 16  # buckets for the prefixes beyond them: at most 64 partitions a stream
+
+
+class Partitioner:
+    """A stream's partition values: the first `tokens` tokens of the subject (0: the whole subject, the
+    layout of streams made before partitions were bounded, or of a stream that asks for it).
+
+    With prefixes, the number of partitions stays bounded whatever the subjects: the first
+    NAMED_PARTITIONS distinct prefixes get a folder of their own (`orders`, `$KV.config`), later ones
+    share HASHED_PARTITIONS buckets (`~07`). A prefix keeps its partition for good: the names in use
+    are read back from the table and the log on restart (`known`), so the same prefix never lands in
+    two places. A stream capturing a handful of prefixes (the common case, and every KV bucket and
+    object store) therefore has one readable folder per prefix.
+    """
+
+    def __init__(self, tokens: int, known: set[str] | None = None) -> None:
+        self.tokens = tokens
+        self._named: set[str] = {p for p in (known or ()) if not p.startswith("~")}
+        self._cache: dict[str, str] = {}
+
+    def names(self) -> set[str]:
+        return set(self._named)
+
+    def learn(self, values: set[str]) -> None:
+        """Partition values found in the table or the log after a restart."""
+        self._named |= {v for v in values if not v.startswith("~")}
+        self._cache.clear()
+
+    def __call__(self, subject: str) -> str:
+        found = self._cache.get(subject)
+        if found is not None:
+            return found
+        if not self.tokens:
+            value = partition_value(subject)
+        else:
+            prefix = partition_value(subject, self.tokens)
+            if prefix in self._named or (len(self._named) < NAMED_PARTITIONS and not prefix.startswith("~")):
+                self._named.add(prefix)
+                value = prefix
+            else:
+                value = "~%02d" % (int(hashlib.sha256(prefix.encode()).hexdigest()[:8], 16) % HASHED_PARTITIONS)
+        if len(self._cache) > 65536:
+            self._cache.clear()
+        self._cache[subject] = value
+        return value
+
+
 def file_name(name: str, suffix: str) -> str:
     """A file name for an asset: its name when that fits a file system's 255 bytes with room to spare
     (for `.tmp` siblings), else a readable prefix and a hash. Files hold the full name inside."""
@@ -155,6 +203,9 @@ class Layout:
     @property
     def owner_lock(self) -> Path:
         return self.root / "_system" / "owner.lock"
+
+    def index_snapshot(self, stream: str) -> Path:
+        return self.root / "_system" / "index" / file_name(stream, ".idx")
 
     def lease_file(self, table: Path) -> Path:
         relative = str(table.resolve().relative_to(self.root)).replace("/", "__")

@@ -10,6 +10,7 @@ import bisect
 
 from engine.index import MessageIndex
 from engine.store.base import Recovered, Removal, StoredMessage
+from engine.store.layout import Partitioner
 from engine.store.rows import RowGroup
 
 
@@ -71,8 +72,12 @@ class MessageBuffer:
 class MemoryStore:
     """`storage: memory`: every message in memory, nothing on disk, gone after a restart."""
 
-    def __init__(self) -> None:
+    def __init__(self, partition_tokens: int = 0) -> None:
         self.buffer = MessageBuffer(cache_bytes=None)
+        self.partitioner = Partitioner(partition_tokens)
+
+    def new_index(self) -> MessageIndex:
+        return MessageIndex()
 
     def append(self, groups: list[RowGroup], removals: list[Removal]) -> None:
         for rows in groups:
@@ -96,8 +101,8 @@ class MemoryStore:
         self.buffer.flushed_upto = first_seq - 1
         self.buffer.drop_below(first_seq)
 
-    def recover(self, index: MessageIndex, msg_id_since_ns: int) -> Recovered:
-        return Recovered()
+    def recover(self, msg_id_since_ns: int) -> Recovered:
+        return Recovered(index=self.new_index())
 
     def pending_bytes(self) -> int:
         return 0

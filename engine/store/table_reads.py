@@ -1,0 +1,320 @@
+"""Reads of one stream's Delta table: messages by sequence, windows for consumers, and index rows.
+
+The table's files are known from the Delta log's `add` actions (path, partition, `seq` and `ts`
+statistics); a file's Parquet footer is parsed once and its row groups chosen by their own `seq`
+statistics, so a read by sequence decodes one row group, found without a scan. Decoded row groups
+are kept in a byte-bounded LRU (a KV get after a restart costs no I/O the second time). The index
+(engine/index.py) reads its block details here: the `seq`, `subject`, `size` and `ts` columns of the
+rows in a range of sequences, without payloads. A file that a maintenance job replaced and vacuumed
+meanwhile is met as missing: the file list is read again and the read retried once.
+Counterpart: the block loads of server/filestore.go (`loadMsgs`, `cacheLookup`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+
+from engine.store.base import StoredMessage
+from engine.store.layout import PARTITION_COLUMN, STREAM_SCHEMA
+
+log = logging.getLogger(__name__)
+
+READ_AHEAD = 8192
+READ_WINDOWS = 8  # decoded row groups reads keep at hand (the groups of several partitions overlap in sequences)
+READ_WINDOW_BYTES = 16 * 1024 * 1024
+_FILE_COLUMNS = [name for name in STREAM_SCHEMA.names if name != PARTITION_COLUMN]
+_INDEX_COLUMNS = ["seq", "subject", "size", "ts"]
+
+
+class _Window:
+    """Messages read from the table for a range of sequences, as Python columns: O(1) per message."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.seqs = table.column("seq").to_numpy()
+        self._positions = {int(s): i for i, s in enumerate(self.seqs.tolist())}
+        self.subjects = table.column("subject").to_pylist()
+        self.ts = (table.column("ts").cast(pa.int64()).to_numpy() * 1000).tolist()
+        self.msg_ids = table.column("msg_id").to_pylist()
+        self.headers = table.column("headers").to_pylist()
+        self.data = table.column("data").to_pylist()
+
+    def get(self, seq: int) -> StoredMessage | None:
+        i = self._positions.get(seq)
+        if i is None:
+            return None
+        headers = self.headers[i]
+        return StoredMessage(self.subjects[i], seq, self.ts[i], self.data[i] or b"", dict(headers) if headers else None, self.msg_ids[i])
+
+
+class _RowGroups:
+    """Decoded row groups of the table's files, least recently used first out, within a byte budget.
+
+    A file's footer is parsed once; a point read decodes the one row group whose `seq` statistics
+    hold the sequence, and later reads in that group are dictionary lookups.
+    """
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self._meta: dict[Path, tuple[pq.FileMetaData, np.ndarray, np.ndarray]] = {}
+        self._groups: OrderedDict[tuple[Path, int], tuple[_Window, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def find(self, path: Path, seq: int) -> StoredMessage | None:
+        """The message `seq` of the file at `path`, from the row groups whose statistics may hold it."""
+        meta, lows, highs = self.footer(path)
+        for group in np.flatnonzero((lows <= seq) & (highs >= seq)).tolist():
+            msg = self.window(path, meta, group).get(seq)
+            if msg is not None:
+                return msg
+        return None
+
+    def window(self, path: Path, meta: pq.FileMetaData, group: int) -> _Window:
+        key = (path, group)
+        with self._lock:
+            cached = self._groups.get(key)
+            if cached is not None:
+                self._groups.move_to_end(key)
+                return cached[0]
+        table = pq.ParquetFile(path, metadata=meta).read_row_group(group, columns=_FILE_COLUMNS)
+        window = _Window(table)
+        with self._lock:
+            self._groups[key] = (window, table.nbytes)
+            self._bytes += table.nbytes
+            while self._bytes > self.budget and len(self._groups) > 1:
+                _, (_, size) = self._groups.popitem(last=False)
+                self._bytes -= size
+        return window
+
+    def footer(self, path: Path) -> tuple[pq.FileMetaData, np.ndarray, np.ndarray]:
+        found = self._meta.get(path)
+        if found is None:
+            meta = pq.read_metadata(path)
+            column = meta.schema.to_arrow_schema().get_field_index("seq")
+            stats = [meta.row_group(i).column(column).statistics for i in range(meta.num_row_groups)]
+            lows = np.array([st.min if st is not None and st.has_min_max else -1 for st in stats], np.int64)
+            highs = np.array([st.max if st is not None and st.has_min_max else 2**62 for st in stats], np.int64)
+            found = self._meta[path] = (meta, lows, highs)
+        return found
+
+    def clear(self) -> None:
+        with self._lock:
+            self._meta.clear()
+            self._groups.clear()
+            self._bytes = 0
+
+
+@dataclass
+class _FileMap:
+    version: int = -1
+    paths: list[str] = field(default_factory=list)
+    partitions: np.ndarray = field(default_factory=lambda: np.zeros(0, object))
+    min_seq: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    max_seq: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    max_ts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # microseconds
+
+
+class TableReads:
+    """The read side of one stream's table. Thread-safe: reads run under the stream's lock, the
+    flusher marks the table changed from its own thread."""
+
+    def __init__(self, table_path: Path, partition_of: Callable[[str], str], cache_bytes: int) -> None:
+        self.table_path = table_path
+        self.partition_of = partition_of
+        self._files = _FileMap()
+        self._files_lock = threading.Lock()
+        self._stale = True
+        self._windows: list[tuple[int, int, _Window]] = []
+        self._window_hint: tuple[int, int, _Window] | None = None
+        self._row_groups = _RowGroups(cache_bytes)
+
+    def changed(self) -> None:
+        """A commit or a job changed the table: the file list is read again before the next read."""
+        with self._files_lock:
+            self._stale = True
+
+    def forget(self) -> None:
+        """Drops every decoded message (erasure: nothing erased stays in memory)."""
+        with self._files_lock:
+            self._stale = True
+            self._windows = []
+            self._window_hint = None
+        self._row_groups.clear()
+
+    # -- messages -----------------------------------------------------------------------------
+
+    def message(self, seq: int, subject: str) -> StoredMessage | None:
+        """One message by sequence: the file by its partition and `seq` statistics, then one row group."""
+        partition = self.partition_of(subject)
+        for attempt in range(2):
+            files = self._file_map(refresh=attempt > 0)
+            mask = (files.min_seq <= seq) & (files.max_seq >= seq) & (files.partitions == partition)
+            try:
+                for i in np.flatnonzero(mask):
+                    msg = self._row_groups.find(self.table_path / unquote(files.paths[i]), seq)
+                    if msg is not None:
+                        return msg
+                return None
+            except FileNotFoundError:
+                self.forget()
+        return None
+
+    def windowed(self, seq: int) -> StoredMessage | None:
+        """From the row groups at hand; the one that answered last is asked first (runs of a subject)."""
+        hint = self._window_hint
+        if hint is not None and hint[0] <= seq <= hint[1]:
+            msg = hint[2].get(seq)
+            if msg is not None:
+                return msg
+        for entry in reversed(self._windows):
+            if entry[0] <= seq <= entry[1] and entry is not hint:
+                msg = entry[2].get(seq)
+                if msg is not None:
+                    self._window_hint = entry
+                    return msg
+        return None
+
+    def read_window(self, lo: int, hi: int, partitions: set[str]) -> None:
+        """Makes the flushed messages with sequences in [lo, hi] of the given partitions readable by
+        `windowed`: the row groups holding them, whole and decoded once through the row-group cache,
+        so consecutive pulls do not decode a group again."""
+        files = self._file_map(refresh=False)
+        mask = (files.min_seq <= hi) & (files.max_seq >= lo) & np.isin(files.partitions, list(partitions))
+        held = {id(w) for _, _, w in self._windows}
+        for i in np.flatnonzero(mask):
+            path = self.table_path / unquote(files.paths[i])
+            try:
+                meta, lows, highs = self._row_groups.footer(path)
+                for group in np.flatnonzero((lows <= hi) & (highs >= lo)).tolist():
+                    window = self._row_groups.window(path, meta, group)
+                    if id(window) not in held:
+                        held.add(id(window))
+                        self._windows.append((int(lows[group]), int(highs[group]), window))
+            except FileNotFoundError:
+                self.forget()
+                return
+        if len(self._windows) > READ_WINDOWS:
+            del self._windows[: len(self._windows) - READ_WINDOWS]
+            self._window_hint = None
+
+    # -- index rows ---------------------------------------------------------------------------
+
+    def index_rows(self, lo: int, hi: int) -> tuple[np.ndarray, pa.Array, np.ndarray, np.ndarray]:
+        """(seqs, subjects, sizes, ts in ns) of the rows with lo ≤ seq ≤ hi, ascending, each once."""
+        for attempt in range(2):
+            try:
+                return self._index_rows(lo, hi, refresh=attempt > 0)
+            except FileNotFoundError:
+                self.forget()
+        return self._index_rows(lo, hi, refresh=True)
+
+    def _index_rows(self, lo: int, hi: int, refresh: bool) -> tuple[np.ndarray, pa.Array, np.ndarray, np.ndarray]:
+        files = self._file_map(refresh)
+        parts: list[pa.Table] = []
+        for i in np.flatnonzero((files.min_seq <= hi) & (files.max_seq >= lo)):
+            path = self.table_path / unquote(files.paths[i])
+            meta, lows, highs = self._row_groups.footer(path)
+            groups = np.flatnonzero((lows <= hi) & (highs >= lo)).tolist()
+            if groups:
+                parts.append(pq.ParquetFile(path, metadata=meta).read_row_groups(groups, columns=_INDEX_COLUMNS))
+        if not parts:
+            return np.zeros(0, np.int64), pa.array([], pa.string()), np.zeros(0, np.int64), np.zeros(0, np.int64)
+        table = pa.concat_tables(parts)
+        seq = table.column("seq")
+        table = table.filter(pc.and_(pc.greater_equal(seq, lo), pc.less_equal(seq, hi)))
+        seqs = table.column("seq").to_numpy()
+        if len(seqs) > 1 and (np.diff(seqs) < 0).any():  # delta-rs does not keep the input order in a file
+            table = table.sort_by("seq")
+        table = _once_per_seq(table)
+        return (
+            table.column("seq").to_numpy().astype(np.int64),
+            table.column("subject").combine_chunks(),
+            table.column("size").to_numpy().astype(np.int64),
+            table.column("ts").cast(pa.int64()).to_numpy().astype(np.int64) * 1000,
+        )
+
+    def recent_msg_ids(self, since_ns: int) -> tuple[list[tuple[str, int, int]], str | None]:
+        """The (msg_id, seq, ts) of messages published at or after `since_ns` (the duplicate window),
+        in sequence order, and the msg id of the last message: read from the files whose `ts`
+        statistics reach the window, not from the whole table."""
+        files = self._file_map(refresh=False)
+        if not files.paths:
+            return [], None
+        since_us = since_ns // 1000
+        last_file = int(np.argmax(files.max_seq))
+        chosen = sorted(set(np.flatnonzero(files.max_ts >= since_us).tolist()) | {last_file})
+        parts = [pq.read_table(self.table_path / unquote(files.paths[i]), columns=["seq", "ts", "msg_id"]) for i in chosen]
+        table = _once_per_seq(pa.concat_tables(parts).sort_by("seq"))
+        if not table.num_rows:
+            return [], None
+        last_msg_id = table.column("msg_id")[-1].as_py()
+        recent = table.filter(pc.greater_equal(table.column("ts").cast(pa.int64()), since_us))
+        recent = recent.filter(pc.is_valid(recent.column("msg_id")))
+        ts = (recent.column("ts").cast(pa.int64()).to_numpy() * 1000).tolist()
+        ids = list(zip(recent.column("msg_id").to_pylist(), recent.column("seq").to_pylist(), ts, strict=True))
+        return [entry for entry in ids if entry[0]], last_msg_id
+
+    def partitions(self) -> set[str]:
+        """The partition values the table holds (the partitioner's names after a restart)."""
+        return set(self._file_map(refresh=False).partitions.tolist())
+
+    def seq_bounds(self) -> tuple[int, int]:
+        """The lowest and highest `seq` statistics of the table's files ((0, 0) without files)."""
+        files = self._file_map(refresh=False)
+        if not len(files.min_seq):
+            return 0, 0
+        return int(files.min_seq.min()), int(files.max_seq.max())
+
+    def _file_map(self, refresh: bool) -> _FileMap:
+        with self._files_lock:
+            if refresh or self._files.version < 0 or self._stale:
+                dt = DeltaTable(str(self.table_path))
+                actions = pa.table(dt.get_add_actions(flatten=True))
+                n = actions.num_rows
+                self._files = _FileMap(
+                    version=dt.version(),
+                    paths=actions.column("path").to_pylist(),
+                    partitions=np.array(actions.column(f"partition.{PARTITION_COLUMN}").to_pylist(), dtype=object),
+                    min_seq=_stat(actions, "min.seq", n, -1),
+                    max_seq=_stat(actions, "max.seq", n, 2**62),
+                    max_ts=_stat(actions, "max.ts", n, 2**62, cast=True),
+                )
+                self._stale = False
+            return self._files
+
+
+def _stat(actions: pa.Table, name: str, rows: int, missing: int, cast: bool = False) -> np.ndarray:
+    """A per-file statistic column as int64 (a file without statistics gets `missing`: never pruned)."""
+    if name not in actions.column_names:
+        return np.full(rows, missing, np.int64)
+    column = actions.column(name)
+    if cast:
+        column = column.cast(pa.int64())
+    return column.fill_null(missing).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _once_per_seq(table: pa.Table) -> pa.Table:
+    """A table sorted by `seq` with each sequence once: an earlier version could append a commit twice
+    (when delta-rs raised after the commit landed); such a warehouse opens, each row read once."""
+    seqs = table.column("seq").to_numpy()
+    if len(seqs) < 2:
+        return table
+    first = np.ones(len(seqs), np.bool_)
+    np.not_equal(seqs[1:], seqs[:-1], out=first[1:])
+    if first.all():
+        return table
+    log.warning("%s holds %d rows twice (a commit appended again); each is read once", "a stream table",
+                int((~first).sum()))
+    return table.filter(pa.array(first))
