@@ -564,6 +564,8 @@ class Stream:
                 return 0
             self._check_writable()
             self._record_removals({"erase": self._remove(seqs)}, self.clock.now_ns(), erase=True)
+            self.index.forget_dead_subjects()  # an erased subject's name leaves memory, and the snapshot
+            self.store.drop_snapshot()
             return len(seqs)
 
     def get(self, seq: int) -> StoredMessage:

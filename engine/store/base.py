@@ -69,6 +69,9 @@ class StreamStore(Protocol):
 
     def recover(self, msg_id_since_ns: int) -> Recovered: ...
 
+    def drop_snapshot(self) -> None:
+        """Forgets any persisted copy of the index (an erasure: the next one is written without it)."""
+
     def pending_bytes(self) -> int: ...
 
     def refusal(self) -> str | None:

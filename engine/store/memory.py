@@ -101,6 +101,9 @@ class MemoryStore:
         self.buffer.flushed_upto = first_seq - 1
         self.buffer.drop_below(first_seq)
 
+    def drop_snapshot(self) -> None:
+        """Nothing is persisted."""
+
     def recover(self, msg_id_since_ns: int) -> Recovered:
         return Recovered(index=self.new_index())
 

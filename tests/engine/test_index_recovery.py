@@ -1,0 +1,177 @@
+"""The index after a restart: from its snapshot, from the table when there is none, and never wrong."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from engine import EngineOptions, InboundMessage, JetStream, ManualClock
+from engine.store import index_file
+from engine.store.delta import DeltaStore
+
+SUBJECTS = [f"work.{i % 7}" for i in range(7)]
+
+
+def _fill(js: JetStream, batches: int = 6, size: int = 500) -> None:
+    js.add_stream({"name": "WORK", "subjects": ["work.>"]})
+    for b in range(batches):
+        js.publish([InboundMessage(SUBJECTS[i % 7], f"{b}-{i}".encode()) for i in range(size)])
+    js.flush()
+
+
+def _crash(js: JetStream) -> None:
+    """What a kill -9 leaves: no final flush, no snapshot; the warehouse is let go."""
+    for entry in js._streams.values():
+        entry.stream.store.wal.close()
+    js.consumers.acks.wal.close()
+    js._owner.release()
+
+
+def _open(warehouse: Path, clock: ManualClock) -> JetStream:
+    js = JetStream(warehouse, EngineOptions(), clock=clock)
+    js.open(start_flusher=False)
+    return js
+
+
+def _state(js: JetStream) -> tuple[object, ...]:
+    ix = js.stream("WORK").index
+    return (ix.msgs, ix.bytes, ix.first_seq, ix.last_seq, ix.num_subjects, ix.live_seqs().tolist(),
+            {s: ix.subject_state(s) for s in SUBJECTS}, ix.last_seqs(">").tolist())
+
+
+def _table_reads(js: JetStream) -> list[tuple[int, int]]:
+    """Records the ranges the stream's index reads back from the table from now on."""
+    store = js.stream("WORK").store
+    assert isinstance(store, DeltaStore)
+    calls: list[tuple[int, int]] = []
+    read = store.reads.index_rows
+
+    def counting(lo: int, hi: int):  # type: ignore[no-untyped-def]
+        calls.append((lo, hi))
+        return read(lo, hi)
+
+    js.stream("WORK").index.loader = counting
+    return calls
+
+
+def test_a_crash_rebuilds_the_index_from_the_table_in_sequence_order(warehouse: Path, clock: ManualClock) -> None:
+    js = _open(warehouse, clock)
+    _fill(js)
+    js.stream("WORK").remove_seqs(np.arange(100, 200, dtype=np.int64), "delete")
+    js.purge("WORK", "work.3")
+    before = _state(js)
+    _crash(js)
+    again = _open(warehouse, clock)
+    try:
+        assert _state(again) == before
+        ix = again.stream("WORK").index
+        assert ix.live_mask(np.arange(1, 3001)).sum() == before[0]
+    finally:
+        again.close()
+
+
+def test_a_clean_restart_reads_the_index_snapshot_not_the_table(warehouse: Path, clock: ManualClock) -> None:
+    js = _open(warehouse, clock)
+    _fill(js)
+    js.purge("WORK", keep=2000)
+    before = _state(js)
+    js.close()
+    snapshot = js.layout.index_snapshot("WORK")
+    assert snapshot.exists()
+    meta, _ = index_file.decode(snapshot.read_bytes())
+    assert meta["flushed_seq"] == 3000
+    again = JetStream(warehouse, EngineOptions(), clock=clock)
+    read = DeltaStore._read_table_into
+    reads: list[int] = []
+
+    def watched(store: DeltaStore, index: object, flushed_seq: int) -> None:
+        reads.append(flushed_seq)
+        rows_before = index.msgs  # type: ignore[attr-defined]
+        read(store, index, flushed_seq)  # type: ignore[arg-type]
+        assert index.msgs == rows_before, "nothing flushed after the snapshot, so nothing is read into the index"  # type: ignore[attr-defined]
+
+    DeltaStore._read_table_into = watched  # type: ignore[method-assign]
+    try:
+        again.open(start_flusher=False)
+    finally:
+        DeltaStore._read_table_into = read  # type: ignore[method-assign]
+    try:
+        calls = _table_reads(again)
+        assert _state(again) == before
+        assert reads == [3000]
+        assert calls == [] or all(lo >= 1 for lo, _ in calls)
+    finally:
+        again.close()
+
+
+def test_messages_and_removals_after_the_snapshot_are_read_back(warehouse: Path, clock: ManualClock) -> None:
+    js = _open(warehouse, clock)
+    _fill(js, batches=2)
+    js.close()  # a snapshot at seq 1000
+    js = _open(warehouse, clock)
+    js.publish([InboundMessage("work.9", b"after") for _ in range(300)])
+    js.flush()  # flushed after the snapshot: in the table only
+    js.purge("WORK", "work.1")  # a tombstone after the snapshot
+    js.publish([InboundMessage("work.8", b"logged") for _ in range(5)])  # in the log only
+    before = _state(js)
+    ix = js.stream("WORK").index
+    expected = {s: ix.subject_state(s) for s in ("work.8", "work.9", "work.1")}
+    _crash(js)
+    again = _open(warehouse, clock)
+    try:
+        assert _state(again) == before
+        ix = again.stream("WORK").index
+        assert {s: ix.subject_state(s) for s in expected} == expected
+        assert again.get_message("WORK", ix.last_seq).data == b"logged"
+    finally:
+        again.close()
+
+
+def test_a_damaged_or_foreign_snapshot_is_ignored(warehouse: Path, clock: ManualClock) -> None:
+    js = _open(warehouse, clock)
+    _fill(js, batches=2)
+    before = _state(js)
+    js.close()
+    path = js.layout.index_snapshot("WORK")
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    again = _open(warehouse, clock)
+    try:
+        assert _state(again) == before
+    finally:
+        again.close()
+    # A stream deleted and made again under the same name must not take its predecessor's snapshot.
+    js = _open(warehouse, clock)
+    stale = path.read_bytes()
+    js.delete_stream("WORK")
+    js.add_stream({"name": "WORK", "subjects": ["work.>"]})
+    js.publish([InboundMessage("work.1", b"new")])
+    js.flush()
+    _crash(js)
+    path.write_bytes(stale)
+    again = _open(warehouse, clock)
+    try:
+        ix = again.stream("WORK").index
+        assert (ix.msgs, ix.first_seq, ix.last_seq) == (1, 1, 1)
+    finally:
+        again.close()
+
+
+def test_an_erased_subject_leaves_no_name_in_the_next_snapshot(warehouse: Path, clock: ManualClock) -> None:
+    from engine.erasures import registry
+
+    js = _open(warehouse, clock)
+    js.add_stream({"name": "WORK", "subjects": ["work.>"]})
+    js.publish([InboundMessage("work.keep", b"k"), InboundMessage("work.secretmarker", b"s")])
+    js.flush()
+    registry(js.layout).erase(js.stream("WORK"), filter_="work.secretmarker")
+    js.close()
+    path = js.layout.index_snapshot("WORK")
+    assert path.exists() and b"secretmarker" not in path.read_bytes()
+    again = _open(warehouse, clock)
+    try:
+        assert again.stream("WORK").index.subject_state("work.keep") == (1, 1, 1)
+    finally:
+        again.close()
