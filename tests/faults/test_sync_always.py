@@ -86,7 +86,7 @@ def test_a_commit_is_fsynced_before_its_log_segments_are_deleted(
         js.close()
     root = (warehouse / "default").resolve()
     stream_commit = _commit_paths(root / "streams" / STREAM)
-    assert any("subject_partition=faults.0.x" in p for p in stream_commit), "new partition folders are in the commit"
+    assert any("subject_partition=faults" in p for p in stream_commit), "new partition folders are in the commit"
     missing = stream_commit - recorder.synced_before_unlink(root / "_wal" / STREAM)
     assert not missing, f"not fsynced before the stream's log segments were deleted: {sorted(missing)}"
     missing = _commit_paths(root / "_system" / "tombstones") - recorder.synced_before_unlink(root / "_wal" / STREAM)
