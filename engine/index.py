@@ -672,6 +672,16 @@ class MessageIndex:
         sids = self.subjects.matching(filter_)
         return {self.subjects.name(sid): int(self.subjects.msgs[sid]) for sid in sids.tolist()}
 
+    def subjects_page(self, filter_: str, offset: int, limit: int) -> tuple[dict[str, int], int]:
+        """({subject: msgs} of the matching subjects sorted by name, from `offset`, at most `limit`), and
+        how many match in all: STREAM.INFO's subject paging."""
+        sids = self.subjects.matching(filter_)
+        total = len(sids)
+        if offset == 0 and total <= limit:
+            return {self.subjects.name(sid): int(self.subjects.msgs[sid]) for sid in sids.tolist()}, total
+        names = sorted(zip(self.subjects.names(sids), sids.tolist(), strict=True))[offset : offset + limit]
+        return {name: int(self.subjects.msgs[sid]) for name, sid in names}, total
+
     def iter_subject_states(self) -> Iterator[tuple[str, int, int, int]]:
         return self.subjects.iter_states()
 

@@ -45,7 +45,7 @@ from engine.store.layout import Layout
 from engine.store.lease import OwnerLock
 from engine.store.memory import MemoryStore
 from engine.messages import DEFAULT_MAX_PAYLOAD, InboundMessage, PlainBatch, PublishAnswer, PublishResult
-from engine.stream import Stream
+from engine.stream import SUBJECTS_PAGE, Stream
 from engine.subjects import is_valid_publish_subject, is_valid_subject, subject_matches, subjects_collide
 
 log = logging.getLogger(__name__)
@@ -278,10 +278,14 @@ class JetStream:
                 self.flusher.forget(name)
         self._notify(name)  # waiting pulls and watches of the stream end now, not at their next timeout
 
-    def stream_info(self, name: str, subjects_filter: str | None = None) -> dict[str, Any]:
+    def stream_info(self, name: str, subjects_filter: str | None = None, offset: int = 0) -> dict[str, Any]:
+        """StreamInfo; with `subjects_filter`, a page of subjects from `offset` and the paging fields
+        `total`, `offset`, `limit` of nats-server's answer."""
         if subjects_filter is not None and not is_valid_subject(subjects_filter):
             raise errors.bad_request(f"invalid subjects_filter {subjects_filter!r}")
-        return self._info(self._stream(name), subjects_filter)
+        if offset < 0:
+            raise errors.bad_request("offset must not be negative")
+        return self._info(self._stream(name), subjects_filter, offset)
 
     def list_streams(self, subject: str | None = None, offset: int = 0, limit: int = 256) -> dict[str, Any]:
         if subject is not None and not is_valid_subject(subject):
@@ -345,13 +349,15 @@ class JetStream:
         }
         atomic_write(self.layout.stream_config(stream.name), orjson.dumps(record))
 
-    def _info(self, stream: Stream, subjects_filter: str | None = None) -> dict[str, Any]:
-        return {
-            "config": stream.config.to_json(),
-            "created": rfc3339(stream.created_ns),
-            "state": state_json(stream.state(subjects_filter)),
-            "ts": rfc3339(self.clock.now_ns()),
-        }
+    def _info(self, stream: Stream, subjects_filter: str | None = None, offset: int = 0) -> dict[str, Any]:
+        state = stream.state(subjects_filter, offset)
+        info = {"config": stream.config.to_json(), "created": rfc3339(stream.created_ns)}
+        total = state.pop("subjects_total", 0)
+        info["state"] = state_json(state)
+        info["ts"] = rfc3339(self.clock.now_ns())
+        if total:
+            info.update(total=total, offset=offset, limit=SUBJECTS_PAGE)
+        return info
 
     # -- publish ------------------------------------------------------------------------------
 

@@ -50,6 +50,9 @@ class Quota(Protocol):
     def exceeds(self, storage: str, size: int) -> bool: ...
 
 
+SUBJECTS_PAGE = 100_000  # nats-server's JSMaxSubjectDetails
+
+
 class _Accepted:
     """Columns of the messages a group commit accepts, and the removals it causes."""
 
@@ -598,6 +601,20 @@ class Stream:
             raise errors.NoMessageFoundError()
         return msg
 
+    def at_or_after_time(self, ts: int, subject: str | None = None) -> StoredMessage:
+        """The first message published at or after `ts` (on `subject` when given): MSG.GET's `start_time`."""
+        if subject is not None:
+            _check_filter(subject)
+        with self.lock:
+            self._expire(self.clock.now_ns())
+            seq = self.index.seq_at_or_after_time(ts)
+            if seq and subject is not None:
+                seq = self.index.next_seq_for(subject, seq)
+            msg = self.store.load(seq, self.index) if seq else None
+        if msg is None:
+            raise errors.NoMessageFoundError()
+        return msg
+
     def load_many(self, seqs: list[int] | np.ndarray) -> list[StoredMessage]:
         """The live messages among `seqs`, in the order given (removed ones are left out)."""
         wanted = [int(s) for s in seqs]
@@ -620,7 +637,10 @@ class Stream:
             self._expire(self.clock.now_ns())
             return self.index.live_seqs(filter_, start=start)
 
-    def state(self, subjects_filter: str | None = None) -> dict[str, Any]:
+    def state(self, subjects_filter: str | None = None, offset: int = 0) -> dict[str, Any]:
+        """JetStream's StreamState; with `subjects_filter`, a page of the matching subjects' counts
+        (sorted by name, from `offset`, at most SUBJECTS_PAGE) and `subjects_total`, as nats-server's
+        STREAM.INFO pages them."""
         with self.lock:
             self._expire(self.clock.now_ns())
             ix = self.index
@@ -635,9 +655,11 @@ class Stream:
                 "num_deleted": ix.num_deleted,
                 "consumer_count": self.consumer_count,
             }
-            subjects = ix.subjects_state(subjects_filter) if subjects_filter else None
-            if subjects:
-                state["subjects"] = subjects
+            if subjects_filter:
+                subjects, total = ix.subjects_page(subjects_filter, offset, SUBJECTS_PAGE)
+                state["subjects_total"] = total
+                if subjects:
+                    state["subjects"] = subjects
             return state
 
     # -- removal ------------------------------------------------------------------------------

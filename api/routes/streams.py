@@ -12,7 +12,7 @@ from api import deps
 from api.body import json_object
 from api.responses import json_response
 from engine import errors
-from engine.info import stored_message_json
+from engine.info import parse_rfc3339, stored_message_json
 
 router = APIRouter(prefix="/v1/streams")
 
@@ -34,8 +34,8 @@ def list_streams(request: Request, subject: str | None = None, offset: int = 0, 
 
 
 @router.get("/{stream}")
-def stream_info(request: Request, stream: str, subjects_filter: str | None = None) -> Response:
-    return json_response(deps.engine(request).stream_info(stream, subjects_filter))
+def stream_info(request: Request, stream: str, subjects_filter: str | None = None, offset: int = 0) -> Response:
+    return json_response(deps.engine(request).stream_info(stream, subjects_filter, offset))
 
 
 @router.put("/{stream}")
@@ -77,9 +77,14 @@ def get_message(request: Request, stream: str, seq: int) -> Response:
 
 @router.get("/{stream}/messages")
 def find_message(
-    request: Request, stream: str, last_by_subj: str | None = None, next_by_subj: str | None = None, seq: int = 0
+    request: Request, stream: str, last_by_subj: str | None = None, next_by_subj: str | None = None, seq: int = 0,
+    start_time: str | None = None,
 ) -> Response:
     target = deps.engine(request).stream(stream)
+    if start_time is not None:
+        if last_by_subj is not None or seq:
+            raise errors.bad_request("start_time goes alone or with next_by_subj")
+        return json_response({"message": stored_message_json(target.at_or_after_time(_time(start_time), next_by_subj))})
     if (last_by_subj is None) == (next_by_subj is None):
         if last_by_subj is None and seq > 0:
             return json_response({"message": stored_message_json(target.get(seq))})
@@ -91,6 +96,13 @@ def find_message(
     else:
         msg = target.next_by_subject(next_by_subj or "", seq)
     return json_response({"message": stored_message_json(msg)})
+
+
+def _time(value: str) -> int:
+    try:
+        return parse_rfc3339(value)
+    except ValueError:
+        raise errors.bad_request(f"invalid start_time {value!r}: an RFC 3339 time") from None
 
 
 @router.delete("/{stream}/messages/{seq}")
