@@ -231,7 +231,7 @@ class TableReads:
                 parts.append(pq.ParquetFile(path, metadata=meta).read_row_groups(groups, columns=_INDEX_COLUMNS))
         if not parts:
             return np.zeros(0, np.int64), pa.array([], pa.string()), np.zeros(0, np.int64), np.zeros(0, np.int64)
-        table = pa.concat_tables(parts)
+        table = pa.concat_tables(parts, promote_options="permissive")
         seq = table.column("seq")
         table = table.filter(pc.and_(pc.greater_equal(seq, lo), pc.less_equal(seq, hi)))
         seqs = table.column("seq").to_numpy()
@@ -256,7 +256,7 @@ class TableReads:
         last_file = int(np.argmax(files.max_seq))
         chosen = sorted(set(np.flatnonzero(files.max_ts >= since_us).tolist()) | {last_file})
         parts = [pq.read_table(self.table_path / unquote(files.paths[i]), columns=["seq", "ts", "msg_id"]) for i in chosen]
-        table = _once_per_seq(pa.concat_tables(parts).sort_by("seq"))
+        table = _once_per_seq(pa.concat_tables(parts, promote_options="permissive").sort_by("seq"))
         if not table.num_rows:
             return [], None
         last_msg_id = table.column("msg_id")[-1].as_py()
