@@ -42,7 +42,6 @@ API = "$JS.API."
 NS = 1_000_000_000
 NAMES_LIMIT = 1024
 LIST_LIMIT = 256
-SUBJECTS_LIMIT = 100_000
 HOUSEKEEPING = 1.0
 
 Handler = Callable[[list[str], bytes], dict[str, Any]]
@@ -249,14 +248,8 @@ class JetStreamApi:
         name = _token(tokens, 2)
         req = _json(payload, {"deleted_details", "subjects_filter", "offset"}) if payload.strip() else {}
         subjects_filter = req.get("subjects_filter") or None
-        info = self.engine.stream_info(name, subjects_filter)
-        subjects = info["state"].get("subjects")
-        if subjects:
-            offset = _offset(req)
-            names = sorted(subjects)[offset : offset + SUBJECTS_LIMIT]
-            info["state"]["subjects"] = {s: subjects[s] for s in names}
-            return {**info, "total": len(subjects), "offset": offset, "limit": SUBJECTS_LIMIT}
-        return {**info, "total": 0, "offset": 0, "limit": 0}
+        info = self.engine.stream_info(name, subjects_filter, _offset(req) if subjects_filter else 0)
+        return {"total": 0, "offset": 0, "limit": 0, **info}  # the engine pages the subjects as nats-server
 
     def _stream_names(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
         req = _json(payload, {"offset", "subject"}) if payload.strip() else {}

@@ -100,13 +100,10 @@ def lookup(stream: Stream, req: dict[str, Any]) -> StoredMessage:
         if seq or req.get("next_by_subj"):
             raise errors.bad_request()
         return stream.last_by_subject(req["last_by_subj"])
+    if req.get("start_time"):
+        return stream.at_or_after_time(parse_rfc3339(req["start_time"]), req.get("next_by_subj") or None)
     if req.get("next_by_subj"):
         return stream.next_by_subject(req["next_by_subj"], seq)
-    if req.get("start_time"):
-        found = stream.index.seq_at_or_after_time(parse_rfc3339(req["start_time"]))
-        if not found:
-            raise errors.NoMessageFoundError()
-        return stream.get(found)
     if seq:
         return stream.get(seq)
     raise errors.bad_request()
