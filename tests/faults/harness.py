@@ -8,6 +8,7 @@ read the Delta tables back with deltalake and the messages through the API after
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 import time
 from collections import Counter
@@ -47,7 +48,7 @@ class Load:
     consume: bool = True
     batch: int = 20
     max_batches: int = 150
-    payload: int = 0  # bytes of padding after each message's id
+    payload: int = 0  # bytes of incompressible padding after each message's id (Parquet shrinks repeats)
     acked: dict[str, int] = field(default_factory=dict)  # msg id -> seq, answered OK
     acks_ok: set[int] = field(default_factory=set)  # stream seqs whose ack was answered OK
     deletes: bool = True  # worker 0 deletes a message of every 4th batch (a tombstone)
@@ -114,9 +115,9 @@ class Load:
                 if self._stop.is_set():
                     return
                 ids = [f"w{worker}-g{self.generation}-{n}-{i}" for i in range(self.batch)]
-                pad = "." * self.payload
                 body = {"messages": [
-                    {"subject": f"faults.{worker}.{i % 5}", "text": msg_id + pad, "headers": {"Nats-Msg-Id": [msg_id]}}
+                    {"subject": f"faults.{worker}.{i % 5}", "text": msg_id + _padding(self.payload),
+                     "headers": {"Nats-Msg-Id": [msg_id]}}
                     for i, msg_id in enumerate(ids)
                 ]}
                 try:
@@ -271,3 +272,7 @@ def check_acks(warehouse: Path, c: httpx.Client, load: Load) -> None:
         again.update(m["seq"] for m in resp.json()["messages"])
         time.sleep(0.2)
     assert not (again & load.acks_ok), f"acknowledged messages delivered again: {sorted(again & load.acks_ok)[:10]}"
+
+
+def _padding(size: int) -> str:
+    return os.urandom((size + 1) // 2).hex()[:size]
