@@ -229,7 +229,10 @@ class JetStream:
             self._check_overlap(config)
             stream = self._new_stream(config, self.clock.now_ns(), uuid.uuid4().hex, config.partition_tokens)
             if isinstance(stream.store, DeltaStore):
-                stream.store.create()
+                try:
+                    stream.store.create()
+                except TimeoutError:
+                    raise errors.UnavailableError(f"a maintenance job holds the table of {config.name}; try again") from None
                 self._write_config(stream)
             stream.start_at_first_seq()
             self._streams[config.name] = _Entry(stream)

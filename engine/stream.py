@@ -132,7 +132,8 @@ class Stream:
             assert recovered.index is not None
             self.index = recovered.index
             for msg_id, seq, ts in recovered.msg_ids:
-                self._remember_msg_id(msg_id, seq, ts)
+                if self.index.is_live(seq):  # as nats-server's rebuildDedupe: ids of stored messages only
+                    self._remember_msg_id(msg_id, seq, ts)
             self.last_msg_id = recovered.last_msg_id
             if self.config.first_seq and self.index.last_seq == 0:
                 self.index.skip_to(self.config.first_seq)
@@ -570,6 +571,17 @@ class Stream:
             self.index.forget_dead_subjects()  # an erased subject's name leaves memory, and the snapshot
             self.store.drop_snapshot()
             return len(seqs)
+
+    def forget_erased(self, seqs: np.ndarray) -> None:
+        """GDPR erasure, in memory: the erased messages' ids leave the duplicate window (a re-publish
+        of an erased message is a new message) and the store drops its in-memory copies. The caller
+        holds the lock; `seqs` may include messages removed earlier (purged, deleted, limits)."""
+        erased = {int(s) for s in seqs}
+        for msg_id in [m for m, (seq, _) in self._msg_ids.items() if seq in erased]:
+            del self._msg_ids[msg_id]
+        if self.index.last_seq in erased:
+            self.last_msg_id = None
+        self.store.forget(np.asarray(sorted(erased), np.int64))
 
     def get(self, seq: int) -> StoredMessage:
         if seq <= 0:

@@ -13,6 +13,8 @@ from typing import Protocol
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from engine.index import MessageIndex
 
 if TYPE_CHECKING:
@@ -82,6 +84,9 @@ class StreamStore(Protocol):
 
     def unflushed_age(self, now: float | None = None) -> float:
         """Seconds since the oldest append not yet committed to the table."""
+
+    def forget(self, seqs: np.ndarray) -> None:
+        """Drops every in-memory copy of erased messages (GDPR)."""
 
     def close(self) -> None: ...
 

@@ -55,6 +55,7 @@ ROW_GROUP_BYTES = 8 * 1024 * 1024  # and few enough bytes that a read of a large
 REBUILD_WINDOW = 1 << 20  # sequences read at a time when the index is rebuilt from the table
 SNAPSHOT_SECONDS = 30.0  # an index snapshot at most this often ...
 SNAPSHOT_ROWS = 1_000_000  # ... or after this many flushed messages, whichever comes first
+LIFECYCLE_LEASE_TIMEOUT = 60.0  # how long a stream create or delete waits for a job's command on its table
 
 
 def _encode_removal(r: Removal) -> bytes:
@@ -171,10 +172,15 @@ class DeltaStore:
 
     def create(self) -> None:
         """A new stream: its table and the tombstones table exist; nothing of an earlier namesake remains
-        (a delete interrupted by a crash can leave its table or log behind)."""
-        shutil.rmtree(self.wal.directory, ignore_errors=True)
-        shutil.rmtree(self.table_path, ignore_errors=True)
-        ensure_table(self.table_path, STREAM_SCHEMA, [PARTITION_COLUMN], STREAM_TABLE_PROPERTIES, self.sync_always)
+        (a delete interrupted by a crash can leave its table or log behind). Under the table's commit
+        lease, so a Spark job never rewrites a namesake's table halfway through its replacement.
+
+        Raises TimeoutError when a job holds the lease past LIFECYCLE_LEASE_TIMEOUT; nothing changed then.
+        """
+        with commit_lease(self.layout.lease_file(self.table_path), timeout=LIFECYCLE_LEASE_TIMEOUT):
+            shutil.rmtree(self.wal.directory, ignore_errors=True)
+            shutil.rmtree(self.table_path, ignore_errors=True)
+            ensure_table(self.table_path, STREAM_SCHEMA, [PARTITION_COLUMN], STREAM_TABLE_PROPERTIES, self.sync_always)
         ensure_table(self.layout.tombstones_table, TOMBSTONE_SCHEMA, None, TOMBSTONE_TABLE_PROPERTIES, self.sync_always)
 
     # -- the write path -----------------------------------------------------------------------
@@ -573,9 +579,24 @@ class DeltaStore:
         self.wal.close()
 
     def destroy(self) -> None:
-        """Removes the stream's table and log. Its tombstone rows go with the next retention job."""
+        """Removes the stream's table and log, under the table's commit lease (a job rewriting the table
+        finishes its command first). Its tombstone rows go with the next retention job. If a job holds
+        the lease past LIFECYCLE_LEASE_TIMEOUT the folders stay, as after a crash mid-delete: a namesake's
+        `create` removes them."""
         self.wal.forget()
         self.wal.close()
-        shutil.rmtree(self.table_path, ignore_errors=True)
-        shutil.rmtree(self.wal.directory, ignore_errors=True)
         self.buffer.clear()
+        self.mark_table_changed()
+        try:
+            with commit_lease(self.layout.lease_file(self.table_path), timeout=LIFECYCLE_LEASE_TIMEOUT):
+                shutil.rmtree(self.table_path, ignore_errors=True)
+                shutil.rmtree(self.wal.directory, ignore_errors=True)
+        except TimeoutError:
+            log.error("stream %s deleted, but a job holds its table's lease: its table and log stay until a namesake is created", self.stream)
+
+    def forget(self, seqs: np.ndarray) -> None:
+        """Erased messages leave the memory at once: blanked in the buffer (which is also the cache of
+        recent messages), and every decoded row group of the table dropped (they are decoded again on
+        the next read, from files that no longer hold them once the erase job has run)."""
+        self.buffer.blank(seqs)
+        self.mark_table_changed()

@@ -7,11 +7,14 @@ assigns them in a row), so a lookup is a bisect and an offset.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
+
+import numpy as np
 
 from engine.index import MessageIndex
 from engine.store.base import Recovered, Removal, StoredMessage
 from engine.store.layout import Partitioner
-from engine.store.rows import RowGroup
+from engine.store.rows import RowGroup, blanked
 
 
 class MessageBuffer:
@@ -68,6 +71,29 @@ class MessageBuffer:
         self._batches.clear()
         self.nbytes = 0
 
+    def matching(self, match: Callable[[str], bool], with_data: bool = False) -> dict[int, bytes | None]:
+        """Every buffered message whose subject satisfies `match`, live or not: seq -> data (None
+        unless asked for). Unflushed removed messages are only here and in the log."""
+        found: dict[int, bytes | None] = {}
+        for rows in self._batches:
+            subjects = rows.subjects
+            hits = {s for s in set(subjects) if s and match(s)}
+            for row, subject in enumerate(subjects):
+                if subject in hits:
+                    found[rows.first_seq + row] = rows.message(row).data if with_data else None
+        return found
+
+    def blank(self, seqs: np.ndarray) -> int:
+        """Empties the buffered copies of erased messages (see `rows.blanked`); returns how many."""
+        seqs = np.unique(np.asarray(seqs, np.int64))
+        count = 0
+        for i, rows in enumerate(self._batches):
+            inside = seqs[(seqs >= rows.first_seq) & (seqs <= rows.last_seq)]
+            if len(inside):
+                self._batches[i] = blanked(rows, inside - rows.first_seq)
+                count += len(inside)
+        return count
+
 
 class MemoryStore:
     """`storage: memory`: every message in memory, nothing on disk, gone after a restart."""
@@ -96,6 +122,10 @@ class MemoryStore:
             if msg is not None:
                 found[seq] = msg
         return found
+
+    def forget(self, seqs: np.ndarray) -> None:
+        """Erased messages leave the memory at once."""
+        self.buffer.blank(seqs)
 
     def forget_below(self, first_seq: int) -> None:
         self.buffer.flushed_upto = first_seq - 1

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.store.base import StoredMessage
-from engine.store.layout import STREAM_SCHEMA
+from engine.store.layout import PARTITION_COLUMN, STREAM_SCHEMA
 
 KIND_ARROW = 1
 KIND_PACKED = 3
@@ -250,3 +250,29 @@ def decode(kind: int, payload: bytes) -> RowGroup:
 def from_arrow(batch: pa.RecordBatch) -> ArrowRows:
     """A replayed Arrow record stays a batch: its payloads are not copied into Python bytes."""
     return ArrowRows(batch)
+
+
+def blanked(group: RowGroup, rows: np.ndarray) -> RowGroup:
+    """The group with the given rows (positions) emptied: no subject, payload, headers, msg id or
+    partition left. A GDPR erasure drops them from memory; the sequences keep their places, since a
+    group's rows are consecutive (an erased message is never live again, so never read or flushed)."""
+    if isinstance(group, Rows):
+        out = Rows(group.first_seq, list(group.subjects), list(group.ts), list(group.msg_ids), list(group.headers),
+                   list(group.data), list(group.sizes), list(group.partitions))
+        for row in rows.tolist():
+            out.subjects[row], out.data[row], out.partitions[row] = "", b"", ""
+            out.msg_ids[row] = out.headers[row] = None
+        return out
+    batch = group.to_arrow()
+    n = batch.num_rows
+    take = np.arange(n, dtype=np.int64)
+    take[rows] = n  # the filler appended after the real rows
+    fillers = {"subject": "", "data": b"", PARTITION_COLUMN: ""}
+    columns = []
+    for name, column in zip(batch.schema.names, batch.columns, strict=True):
+        if name in ("seq", "ts", "size"):
+            columns.append(column)
+            continue
+        filler = pa.array([fillers.get(name)], column.type)
+        columns.append(pa.concat_arrays([column, filler]).take(pa.array(take)))
+    return ArrowRows(pa.RecordBatch.from_arrays(columns, schema=batch.schema), group.nbytes)

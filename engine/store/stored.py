@@ -1,0 +1,81 @@
+"""What a stream's table holds, live or not, found by subject: the rows an erasure must reach.
+
+Deleted, purged, limit-removed (KV history past its limit), interest and work-queue removed rows stay
+in the table's files until the retention job rewrites them, and a read never returns them; a GDPR
+erasure must find them all the same. `scan` reads the `seq` and `subject` columns (and `data` when
+asked) of the files whose partition may hold a matching subject, by the table's latest snapshot.
+It is rare (an erasure request) and reads the table: callers run it off the event loop and outside
+the stream's lock. Subject syntax stays with the caller, which passes two predicates. Counterpart:
+none (nats-server erases a message in place in its block).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+from engine.store.layout import PARTITION_COLUMN
+
+SubjectMatch = Callable[[str], bool]
+
+
+@dataclass
+class StoredRows:
+    """Rows of a table matching a subject predicate, and how far the scanned snapshot reaches."""
+
+    rows: dict[int, bytes | None] = field(default_factory=dict)  # seq -> data (None unless asked for)
+    flushed: int = 0  # the last sequence the scanned snapshot holds (the stream's app transaction)
+    files_read: int = 0
+
+
+def scan(
+    table: Path,
+    stream_id: str,
+    match: SubjectMatch,
+    partition_match: SubjectMatch,
+    above: int = 0,
+    with_data: bool = False,
+) -> StoredRows:
+    """The rows with `seq > above` whose subject satisfies `match`, in files whose partition value
+    satisfies `partition_match` (a partition is a subject or its first tokens; the caller decides)."""
+    out = StoredRows()
+    try:
+        dt = DeltaTable(str(table))
+    except TableNotFoundError:
+        return out
+    out.flushed = dt.transaction_version(stream_id) or 0
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    if actions.num_rows == 0:
+        return out
+    paths = actions.column("path").to_pylist()
+    partitions = actions.column(f"partition.{PARTITION_COLUMN}").to_pylist()
+    highs = actions.column("max.seq").to_numpy(zero_copy_only=False).astype(np.int64)
+    columns = ["seq", "subject", "data"] if with_data else ["seq", "subject"]
+    for path, partition, high in zip(paths, partitions, highs.tolist(), strict=True):
+        if high <= above or not partition_match(partition):
+            continue
+        rows = pq.read_table(table / unquote(path), columns=columns)
+        out.files_read += 1
+        _collect(rows, match, above, out.rows)
+    return out
+
+
+def _collect(rows: pa.Table, match: SubjectMatch, above: int, into: dict[int, bytes | None]) -> None:
+    subjects = rows.column("subject")
+    wanted = [s for s in pc.unique(subjects).to_pylist() if match(s)]
+    if not wanted:
+        return
+    mask = pc.and_(pc.is_in(subjects, pa.array(wanted, pa.string())), pc.greater(rows.column("seq"), above))
+    picked = rows.filter(mask)
+    seqs = picked.column("seq").to_pylist()
+    data = picked.column("data").to_pylist() if "data" in picked.column_names else [None] * len(seqs)
+    into.update(zip(seqs, data, strict=True))
