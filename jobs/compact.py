@@ -9,7 +9,10 @@ each stream table and the `_system` tables (tombstones, acks) this job, under th
 2. writes a checkpoint at the table's latest version when it has none there, and removes log entries
    older than the table's `delta.logRetentionDuration` (Delta's expired-log cleanup; `log_retention`
    sets that property, e.g. "interval 7 days").
-Replaced data files stay on disk for readers of older versions until a vacuum (the erase job's).
+3. vacuums the data files replaced more than the vacuum window ago (`vacuum_window` hours, default 1;
+   a table's longer `delta.deletedFileRetentionDuration` wins): readers of older snapshots keep
+   their files that long, and the storage OPTIMIZE and the gateway's ack-table deletes replaced is freed.
+A table that fails is counted and named in the figures (`failed_tables`); the others go on.
 Idempotent and safe to kill: OPTIMIZE is one commit, a checkpoint is rewritten whole.
 """
 
@@ -19,11 +22,13 @@ import json
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from engine.store.layout import PARTITION_COLUMN, Layout
+from jobs import steps
 from jobs.tables import (
     LeaseTimes,
     ensure_table_properties,
@@ -33,6 +38,8 @@ from jobs.tables import (
     open_table,
     prepare_session,
     system_tables,
+    vacuum_replaced,
+    vacuum_window_hours,
 )
 
 DEFAULT_TARGET_FILE_BYTES = 128 * 1024 * 1024
@@ -45,17 +52,19 @@ def run(
     include_system: bool = True,
     log_retention: str | None = None,
     lease_times: LeaseTimes | None = None,
-) -> dict[str, int | float]:
+    vacuum_window: int | None = None,
+) -> dict[str, Any]:
     """Compacts every table of the account; returns the figures it logged."""
     started = time.monotonic()
     prepare_session(spark)
+    window = vacuum_window_hours(vacuum_window)
     spark.conf.set("spark.databricks.delta.optimize.maxFileSize", str(int(target_file_bytes)))
     spark.conf.set("spark.databricks.delta.optimize.minFileSize", str(int(target_file_bytes)))
     times = lease_times if lease_times is not None else LeaseTimes()
     tables: list[tuple[str, Path]] = [(s.name, s.path) for s in list_streams(layout)]
     if include_system:
         tables += [(f"_system/{p.name}", p) for p in system_tables(layout)]
-    figures: dict[str, int | float] = {
+    figures: dict[str, Any] = {
         "tables": len(tables),
         "tables_compacted": 0,
         "files_before": 0,
@@ -65,25 +74,33 @@ def run(
         "partitions_optimized": 0,
         "checkpoints": 0,
         "log_entries_removed": 0,
+        "files_vacuumed": 0,
+        "bytes_vacuumed": 0,
+        "vacuum_window_hours": window,
         "errors": 0,
+        "failed_tables": {},
     }
     extra = {"delta.logRetentionDuration": log_retention} if log_retention else None
     log.info("compact: %d tables, target file size %d bytes", len(tables), target_file_bytes)
     for i, (name, path) in enumerate(tables, 1):
         try:
             _compact_table(spark, layout, name, path, target_file_bytes, extra, times, figures, f"[{i}/{len(tables)}]")
-        except Exception:
+            files, size = vacuum_replaced(layout, path, window, times)
+            figures["files_vacuumed"] += files
+            figures["bytes_vacuumed"] += size
+        except Exception as exc:
             figures["errors"] += 1
+            figures["failed_tables"][name] = f"{type(exc).__name__}: {exc}"[:500]
             log.exception("compact [%d/%d] %s failed", i, len(tables), name)
     figures["lease_seconds_held"] = round(times.held, 3)
     figures["lease_seconds_max"] = round(times.max_held, 3)
     figures["seconds"] = round(time.monotonic() - started, 3)
     log.info(
         "compact done: %d of %d tables compacted, files %d -> %d (%d rewritten into %d), %d checkpoints, "
-        "%d log entries removed, %d errors, lease held %.2fs (longest %.2fs), %.2fs",
+        "%d log entries removed, %d files (%d bytes) vacuumed, %d errors, lease held %.2fs (longest %.2fs), %.2fs",
         figures["tables_compacted"], figures["tables"], figures["files_before"], figures["files_after"],
         figures["files_removed"], figures["files_added"], figures["checkpoints"], figures["log_entries_removed"],
-        figures["errors"], times.held, times.max_held, figures["seconds"],
+        figures["files_vacuumed"], figures["bytes_vacuumed"], figures["errors"], times.held, times.max_held, figures["seconds"],
     )
     return figures
 
@@ -96,7 +113,7 @@ def _compact_table(
     target: int,
     extra: dict[str, str] | None,
     times: LeaseTimes,
-    figures: dict[str, int | float],
+    figures: dict[str, Any],
     progress: str,
 ) -> None:
     started = time.monotonic()
@@ -111,8 +128,10 @@ def _compact_table(
     if small or extra:
         ensure_table_properties(spark, layout, path, extra, times)
     if small:
+        steps.reached("compact.optimize")
         with leased(layout, path, times):
             row = spark.sql(f"OPTIMIZE delta.`{path}`").collect()[0]
+        steps.reached("compact.optimized")
         m = row.metrics
         removed, added, partitions = int(m.numFilesRemoved), int(m.numFilesAdded), int(m.partitionsOptimized)
         if removed:

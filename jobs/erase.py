@@ -1,269 +1,365 @@
 """The erase job: GDPR erasure that leaves no byte of the erased messages under the warehouse.
 
-For each stream with pending erasure requests (`_system/erasures/<id>.json`, written by the gateway;
-format in engine/store/erasures.py, read here with a few lines of our own because jobs/ may import
-only layout and lease from the engine):
-1. Wait until the messages are in the table and out of the write-ahead log: the table's app
-   transaction for the stream (`transaction_version(stream_id)`) must reach the highest erased
-   sequence, and no log segment under `_wal/<stream>/` may still hold one of them (the gateway drops
-   segments after each flush). Otherwise the request stays pending and the log says why.
-2. Under the table's commit lease (the gateway's flusher waits; publishes keep landing in its log):
-   - Spark's `DELETE ... WHERE seq BETWEEN ...` (sequence predicates only: Delta keeps a DELETE's
-     predicate in its commit info, so no subject may appear in it) rewrites the files holding them,
-   - `delta.deletedFileRetentionDuration` and `delta.logRetentionDuration` go to zero,
-   - a full vacuum at zero retention (delta-rs) deletes every data file the table no longer names,
-   - a checkpoint at the newest version (delta-rs): it holds the live files only, since the zero
-     retention lets it drop the DELETE's `remove` tombstones, which name partition values,
-   - every `_delta_log` entry older than that checkpoint goes (commits whose `add`/`remove` actions
-     carry the erased files' paths and partition values, Spark's `.crc` files listing all files,
-     older checkpoints, leftover temporary commit files),
-   - emptied partition folders go (their names are subjects),
-   - the two properties return to what they were.
-3. Write the receipt into each request and mark it done.
+Requests (`_system/erasures/<id>.json`, written by the gateway, read and replaced through the engine's
+own format module, engine/store/erasures.py) hold sequence ranges only. For each stream with pending
+requests, under the stream table's commit lease (the gateway's flusher waits; publishes keep landing
+in its log), and after re-reading there what the decision rests on:
+1. The stream is still the one asked about: its config (found by the layout's name for it; long names
+   are hashed) carries the request's `stream_id`. A stream deleted since (its table and log went with
+   it) or never on disk (memory) has nothing left: its requests are done with a receipt saying so,
+   unless a deletion cut short left its table or log behind (then they wait). A namesake created
+   since is another stream and is not touched.
+2. The messages are in the table and out of the write-ahead log: the table's app transaction
+   (`transaction_version(stream_id)`) reaches the highest erased sequence, and no log segment under
+   `_wal/<stream>/` (read with the engine's log reader and row decoder) holds one of them; the
+   gateway drops segments after each flush. Otherwise the request waits and the log says why.
+3. Spark's `DELETE ... WHERE seq BETWEEN ...` (sequence predicates only: Delta keeps a DELETE's
+   predicate in its commit info) rewrites the files holding them.
+4. The table's `delta.deletedFileRetentionDuration` and `delta.logRetentionDuration` go to zero, in
+   one commit that also records their values in `jetlake.erase.savedRetention` (unless a killed run
+   recorded them already: the originals are never lost, defect 14).
+5. A full vacuum at zero retention (delta-rs) deletes every data file the table no longer names,
+   a checkpoint at the newest version holds the live files only, every `_delta_log` entry older
+   than it goes (commits naming the erased files and their partition values, Spark's `.crc` files,
+   older checkpoints, leftover temporary files), emptied partition folders go (their names are
+   subjects), and the properties return to the recorded values.
+Then, outside the table's lease: the tombstones lying inside the erased ranges (erase tombstones, and
+purge/delete/limit ones whose rows are gone now) are removed from the tombstones table; a
+verification pass reads the table after the rewrite and every data file on disk that could hold an
+erased sequence, checks that the log holds nothing older than the checkpoint and that no log segment
+holds an erased sequence; only then is each request marked done, with a receipt of what was checked
+(rows found, files scanned and read, table and checkpoint versions, log entries, segments).
 
-The tombstones table holds stream names, stream ids and sequence ranges only, the ack table stream
-sequences and consumer positions: neither names a subject or a payload, so neither needs this.
-Erasure ends time travel to versions before it: that is the point. Every step is idempotent, so a
-killed run is finished by the next one (the request stays pending until the last step is done).
+The gateway drops its in-memory copies (buffer, decoded row groups, duplicate window) when the
+request is made (engine/erasures.py); the tombstones table and the ack table hold sequences, never a
+subject or a payload. A request whose ranges are empty (a filter that matched nothing stored now)
+still gets steps 3-5: rows deleted earlier by retention may sit in replaced files and old log entries.
+Erasure ends time travel to versions before it: that is the point. Every step is idempotent and a
+killed run is finished by the next one; one failing stream is counted and named in the figures
+(`streams_failed`, `failed_streams`), and the streams after it go on.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
-import struct
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
-import orjson
+import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from engine.store.layout import STREAM_SCHEMA, Layout
-from engine.store.lease import commit_lease
+from engine.store.erasures import mark_done, pending_requests
+from engine.store.delta import KIND_REMOVE
+from engine.store.files import fsync_dir
+from engine.store.layout import Layout
+from engine.store.rows import KIND_ARROW, KIND_PACKED, decode
+from engine.store.wal import SUFFIX as WAL_SUFFIX, read_segment
+from jobs import steps
+from jobs.tables import (
+    LeaseTimes,
+    coalesce,
+    leased,
+    open_table,
+    prepare_session,
+    read_stream,
+    remove_tombstones,
+    seq_predicate,
+)
 
 log = logging.getLogger(__name__)
 
-PENDING = "pending"
-DONE = "done"
 ZERO = "interval 0 seconds"
 RETENTION_KEYS = ("delta.deletedFileRetentionDuration", "delta.logRetentionDuration")
+SAVED_RETENTION = "jetlake.erase.savedRetention"
 RANGES_PER_DELETE = 256
+MERGE_THRESHOLD = 64
 _LOG_ENTRY = re.compile(r"^\.?(\d{20})\.")
 
-# The write-ahead log's record header and small-group row layout (engine/store/wal.py, rows.py).
-_WAL_MAGIC = b"JLW1"
-_WAL_HEADER = struct.Struct("<4sBQII")
-_WAL_ARROW, _WAL_REMOVE, _WAL_PACKED = 1, 2, 3
-_PACKED_FIXED = struct.Struct("<qqiIIII")
-_PACKED_PARTITION = struct.Struct("<I")
+
+class Waiting(Exception):
+    """The stream's requests cannot be erased yet (not flushed, still in the log, leftovers)."""
 
 
-def run(spark: SparkSession, layout: Layout, **options: Any) -> dict[str, int | float]:
+def run(spark: SparkSession, layout: Layout, lease_times: LeaseTimes | None = None) -> dict[str, Any]:
     """Erases every pending request that can be erased now; returns the figures it logs."""
     started = time.monotonic()
-    totals: dict[str, int | float] = {
+    prepare_session(spark)
+    times = lease_times if lease_times is not None else LeaseTimes()
+    totals: dict[str, Any] = {
         "requests_done": 0,
         "requests_pending": 0,
         "messages": 0,
         "streams": 0,
+        "streams_failed": 0,
         "files_rewritten": 0,
         "rows_deleted": 0,
         "files_vacuumed": 0,
         "bytes_vacuumed": 0,
         "log_entries_removed": 0,
         "folders_removed": 0,
+        "tombstones_removed": 0,
+        "errors": 0,
+        "failed_streams": {},
+        "per_stream": {},
     }
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for record in _pending(layout):
+    for record in pending_requests(layout):
         groups.setdefault((record["stream"], record["stream_id"]), []).append(record)
     log.info("erase: %d pending requests over %d streams", sum(len(g) for g in groups.values()), len(groups))
     for n, ((stream, stream_id), records) in enumerate(sorted(groups.items()), 1):
-        log.info("erase: stream %d/%d %s: %d requests", n, len(groups), stream, len(records))
-        done = _erase_stream(spark, layout, stream, stream_id, records, totals)
+        log.info("erase [%d/%d] %s: %d requests", n, len(groups), stream, len(records))
+        report: dict[str, Any] = {"requests": len(records), "done": 0}
+        try:
+            done = StreamErasure(spark, layout, stream, stream_id, times).run(records, totals)
+            report.update(done=len(done), status="done" if len(done) == len(records) else "waiting")
+        except Exception as exc:  # this stream's requests stay pending; the next streams go on
+            totals["errors"] += 1
+            totals["streams_failed"] += 1
+            totals["failed_streams"][stream] = f"{type(exc).__name__}: {exc}"[:500]
+            report.update(status="failed", error=totals["failed_streams"][stream])
+            log.exception("erase [%d/%d] %s failed; its requests stay pending", n, len(groups), stream)
+            done = []
+        key = stream if stream not in totals["per_stream"] else f"{stream} ({stream_id})"
+        totals["per_stream"][key] = report
         totals["requests_done"] += len(done)
         totals["requests_pending"] += len(records) - len(done)
         totals["messages"] += sum(r["messages"] for r in done)
         totals["streams"] += 1 if done else 0
+    totals["lease_seconds_held"] = round(times.held, 3)
     totals["seconds"] = round(time.monotonic() - started, 3)
-    log.info("erase: %s", " ".join(f"{k}={v}" for k, v in totals.items()))
+    log.info("erase: %s", " ".join(f"{k}={v}" for k, v in totals.items() if k != "per_stream"))
     return totals
 
 
-# -- requests ---------------------------------------------------------------------------------
+class StreamErasure:
+    """The erasure of one stream's pending requests (one `stream_id`)."""
 
+    def __init__(self, spark: SparkSession, layout: Layout, stream: str, stream_id: str, times: LeaseTimes) -> None:
+        self.spark = spark
+        self.layout = layout
+        self.stream = stream
+        self.stream_id = stream_id
+        self.times = times
+        self.table = layout.stream_table(stream)
+        self.wal_dir = layout.wal_dir(stream)
+        self.started = time.monotonic()
 
-def _requests_dir(layout: Layout) -> Path:
-    return layout.root / "_system" / "erasures"
+    def run(self, records: list[dict[str, Any]], totals: dict[str, Any]) -> list[dict[str, Any]]:
+        """Erases what it can; returns the requests it marked done."""
+        with leased(self.layout, self.table, self.times):
+            current = read_stream(self.layout, self.stream)
+            if current is None or current.stream_id != self.stream_id:
+                return self._gone(records, replaced=current is not None)
+            ready = self._ready(records)
+            if not ready:
+                return []
+            ranges = coalesce([(a, b) for r in ready for a, b in r["ranges"]])
+            figures = self._erase_table(ranges)
+        steps.reached("erase.cleaned")
+        figures["tombstones_removed"] = remove_tombstones(
+            self.spark, self.layout, [(self.stream_id, a, b) for a, b in ranges], [], True, MERGE_THRESHOLD, self.times)
+        steps.reached("erase.tombstones_removed")
+        verified = self._verify(ranges)
+        if not verified["verified"]:
+            raise RuntimeError(f"verification found erased data left: {verified}")
+        receipt = self._receipt(figures, verified)
+        for record in ready:
+            mark_done(self.layout, record, receipt)
+        for key in ("files_rewritten", "rows_deleted", "files_vacuumed", "bytes_vacuumed", "log_entries_removed",
+                    "folders_removed", "tombstones_removed"):
+            totals[key] += figures[key]
+        log.info(
+            "erase %s: %d requests, %d ranges done in %.2fs: %d files rewritten, %d rows deleted, %d files (%d bytes) "
+            "vacuumed, %d log entries and %d folders removed, %d tombstones removed, checkpoint at version %s; "
+            "verified: %d data files checked, %d read, %d rows found",
+            self.stream, len(ready), len(ranges), time.monotonic() - self.started, figures["files_rewritten"],
+            figures["rows_deleted"], figures["files_vacuumed"], figures["bytes_vacuumed"], figures["log_entries_removed"],
+            figures["folders_removed"], figures["tombstones_removed"], figures["checkpoint_version"],
+            verified["files_checked"], verified["files_read"], verified["rows_found"],
+        )
+        return ready
 
+    # -- what may be erased now (under the lease) ---------------------------------------------
 
-def _pending(layout: Layout) -> list[dict[str, Any]]:
-    folder = _requests_dir(layout)
-    records = []
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        try:
-            record = orjson.loads(path.read_bytes())
-        except (OSError, orjson.JSONDecodeError):
-            log.warning("erase: unreadable request file %s skipped", path.name)
-            continue
-        if record.get("status") == PENDING:
-            records.append(record)
-    return sorted(records, key=lambda r: (r["requested"], r["id"]))
-
-
-def _mark_done(layout: Layout, record: dict[str, Any], receipt: dict[str, Any]) -> None:
-    record = {**record, "status": DONE, "completed": time.time_ns(), "receipt": receipt}
-    path = _requests_dir(layout) / f"{record['id']}.json"
-    tmp = path.with_suffix(".json.tmp")
-    with open(tmp, "wb") as f:
-        f.write(orjson.dumps(record))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-# -- one stream -------------------------------------------------------------------------------
-
-
-def _erase_stream(
-    spark: SparkSession, layout: Layout, stream: str, stream_id: str, records: list[dict[str, Any]], totals: dict[str, Any]
-) -> list[dict[str, Any]]:
-    """Erases what it can of one stream's requests; returns the requests it marked done."""
-    started = time.monotonic()
-    table = layout.stream_table(stream)
-    empty = [r for r in records if not r["ranges"]]
-    records = [r for r in records if r["ranges"]]
-    nothing = _receipt(stream, started, checkpoint_version=None)
-    for record in empty:
-        _mark_done(layout, record, nothing)
-    if not records:
-        return empty
-
-    config_path = layout.stream_configs / f"{stream}.json"
-    current_id = orjson.loads(config_path.read_bytes()).get("stream_id") if config_path.exists() else None
-    if current_id != stream_id:
-        # The stream was deleted (its table and log went with it) or was a memory stream (never on disk);
-        # a namesake created since starts from an emptied folder. Unless the deletion was cut short:
-        leftover_log = current_id is None and _wal_seqs(layout.wal_dir(stream)) != []
-        if _table_holds_stream(table, stream_id) or leftover_log:
-            log.warning("erase: %s: deleted stream's table or log still present; %d requests left pending", stream, len(records))
-            return empty
+    def _gone(self, records: list[dict[str, Any]], replaced: bool) -> list[dict[str, Any]]:
+        """The stream was deleted (its table and log went with it; a namesake's creation removes any
+        leftover) or never had files. Done, unless a deletion cut short left the stream's data behind."""
+        if not replaced:
+            leftover_table = _table_holds(self.table, self.stream_id)
+            segments = _log_ranges(self.wal_dir)
+            leftover_log = segments is None or any(_overlaps(r["ranges"], lo, hi) for r in records for lo, hi in segments)
+            if leftover_table or leftover_log:
+                log.warning("erase %s: the deleted stream's %s is still there; %d requests wait",
+                            self.stream, "table" if leftover_table else "log", len(records))
+                return []
+        receipt = self._receipt({"stream_deleted": True}, {"verified": True, "stream_deleted": True})
         for record in records:
-            _mark_done(layout, record, nothing)
-        log.info("erase: %s: stream no longer exists, nothing stored to erase (%d requests)", stream, len(records))
-        return empty + records
-    if not (table / "_delta_log").is_dir():
+            mark_done(self.layout, record, receipt)
+        log.info("erase %s: the stream was deleted%s; nothing of it is stored (%d requests done)",
+                 self.stream, " and re-created" if replaced else "", len(records))
+        return records
+
+    def _ready(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        flushed = (DeltaTable(str(self.table)).transaction_version(self.stream_id) or 0) if open_table(self.table) else 0
+        segments = _log_ranges(self.wal_dir)
+        ready = []
         for record in records:
-            _mark_done(layout, record, nothing)
-        return empty + records
+            highest = max((last for _, last in record["ranges"]), default=0)
+            if highest > flushed:
+                log.info("erase %s: request %s waits for a flush (seq %d > flushed %d)", self.stream, record["id"], highest, flushed)
+            elif segments is None or any(_overlaps(record["ranges"], lo, hi) for lo, hi in segments):
+                log.info("erase %s: request %s waits for the gateway to drop log segments holding its messages",
+                         self.stream, record["id"])
+            else:
+                ready.append(record)
+        return ready
 
-    flushed = DeltaTable(str(table)).transaction_version(stream_id) or 0
-    wal = _wal_seqs(layout.wal_dir(stream))
-    ready = []
-    for record in records:
-        highest = max(last for _, last in record["ranges"])
-        if highest > flushed:
-            log.info("erase: %s: request %s waits for a flush (seq %d > flushed %d)", stream, record["id"], highest, flushed)
-        elif wal is None or any(_overlaps(record["ranges"], lo, hi) for lo, hi in wal):
-            log.info("erase: %s: request %s waits for the gateway to drop log segments holding its messages", stream, record["id"])
-        else:
-            ready.append(record)
-    if not ready:
-        return empty
-    ranges = _merge([tuple(r) for record in ready for r in record["ranges"]])
-    with commit_lease(layout.lease_file(table)):
-        figures = _erase_table(spark, table, ranges)
-    receipt = _receipt(stream, started, **figures)
-    for record in ready:
-        _mark_done(layout, record, receipt)
-    for key in ("files_rewritten", "rows_deleted", "files_vacuumed", "bytes_vacuumed", "log_entries_removed", "folders_removed"):
-        totals[key] += figures[key]
-    log.info(
-        "erase: %s: %d requests, %d ranges done in %.2fs: %d files rewritten, %d rows deleted, %d files (%d bytes) vacuumed, "
-        "%d log entries removed, %d folders removed, checkpoint at version %s",
-        stream, len(ready), len(ranges), time.monotonic() - started, figures["files_rewritten"], figures["rows_deleted"],
-        figures["files_vacuumed"], figures["bytes_vacuumed"], figures["log_entries_removed"], figures["folders_removed"],
-        figures["checkpoint_version"],
-    )
-    return empty + ready
+    # -- the rewrite and the cleanup (under the lease) ----------------------------------------
+
+    def _erase_table(self, ranges: list[tuple[int, int]]) -> dict[str, Any]:
+        """Steps 3-5; each one is a no-op when a killed run already did it."""
+        figures: dict[str, Any] = {"files_rewritten": 0, "files_written": 0, "rows_deleted": 0}
+        steps.reached("erase.delete")
+        self._delete(ranges, figures)
+        steps.reached("erase.deleted")
+        self._zero_retention()
+        steps.reached("erase.retention_zeroed")
+        time.sleep(0.002)  # the DELETE's tombstones must be strictly older than "now - 0" for the checkpoint
+        files_before = _data_files(self.table)
+        # Full mode: also files no commit ever named (a flush cut short by a crash leaves such files).
+        DeltaTable(str(self.table)).vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False, full=True)
+        gone = set(files_before) - set(_data_files(self.table))
+        figures["files_vacuumed"] = sum(1 for p in gone if not p.name.startswith("."))
+        figures["bytes_vacuumed"] = sum(files_before[p] for p in gone)
+        steps.reached("erase.vacuumed")
+        dt = DeltaTable(str(self.table))
+        dt.create_checkpoint()
+        figures["checkpoint_version"] = dt.version()
+        figures["log_entries_removed"] = _remove_old_log_entries(self.table / "_delta_log", dt.version())
+        figures["folders_removed"] = _remove_empty_folders(self.table)
+        steps.reached("erase.log_cleaned")
+        self._restore_retention()
+        figures["table_version"] = DeltaTable(str(self.table)).version()
+        return figures
+
+    def _delete(self, ranges: list[tuple[int, int]], figures: dict[str, Any]) -> None:
+        ident = "delta.`" + str(self.table).replace("`", "``") + "`"
+        for i in range(0, len(ranges), RANGES_PER_DELETE):
+            chunk = ranges[i : i + RANGES_PER_DELETE]
+            before = DeltaTable(str(self.table)).version()
+            self.spark.sql(f"DELETE FROM {ident} WHERE {seq_predicate(chunk)}").collect()
+            dt = DeltaTable(str(self.table))
+            if dt.version() > before:
+                commit = dt.history(1)[0]
+                metrics = commit.get("operationMetrics") or {}
+                if commit.get("operation") == "DELETE":
+                    figures["files_rewritten"] += int(metrics.get("numRemovedFiles", 0))
+                    figures["files_written"] += int(metrics.get("numAddedFiles", 0))
+                    figures["rows_deleted"] += int(metrics.get("numDeletedRows", 0))
+
+    def _zero_retention(self) -> None:
+        """Zero file and log retention, recording the values they replace in the same commit; a rerun
+        after a kill finds them recorded and keeps them."""
+        dt = DeltaTable(str(self.table))
+        config = dt.metadata().configuration
+        changes = {key: ZERO for key in RETENTION_KEYS if config.get(key) != ZERO}
+        if SAVED_RETENTION not in config:
+            changes[SAVED_RETENTION] = json.dumps({key: config.get(key) for key in RETENTION_KEYS})
+        if changes:
+            dt.alter.set_table_properties(changes, raise_if_not_exists=False)  # our own key is not a Delta one
+
+    def _restore_retention(self) -> None:
+        """Back to the recorded values (unset where there was none), then the record goes."""
+        config = DeltaTable(str(self.table)).metadata().configuration
+        if SAVED_RETENTION not in config:
+            return
+        saved: dict[str, str | None] = json.loads(config[SAVED_RETENTION])
+        values = {key: value for key, value in saved.items() if value is not None}
+        if any(config.get(key) != value for key, value in values.items()):
+            DeltaTable(str(self.table)).alter.set_table_properties(values)
+        steps.reached("erase.retention_restored")
+        unset = [key for key, value in saved.items() if value is None] + [SAVED_RETENTION]
+        ident = "delta.`" + str(self.table).replace("`", "``") + "`"  # delta-rs cannot unset a property
+        self.spark.sql(f"ALTER TABLE {ident} UNSET TBLPROPERTIES IF EXISTS ({', '.join(repr(k) for k in unset)})").collect()
+
+    # -- after the rewrite ----------------------------------------------------------------------
+
+    def _verify(self, ranges: list[tuple[int, int]]) -> dict[str, Any]:
+        """Reads the table after the rewrite: no live row, no data file on disk, no log entry older than
+        the checkpoint and no log segment may hold an erased sequence."""
+        dt = DeltaTable(str(self.table))
+        actions = pa.table(dt.get_add_actions(flatten=True))
+        named = {self.table / unquote(p) for p in actions.column("path").to_pylist()}
+        on_disk = [p for p in _data_files(self.table) if not p.name.startswith(".")]
+        untracked = [p for p in on_disk if p not in named]
+        stats = {
+            self.table / unquote(p): (lo, hi)
+            for p, lo, hi in zip(actions.column("path").to_pylist(), actions.column("min.seq").to_pylist(),
+                                 actions.column("max.seq").to_pylist(), strict=True)
+        }
+        los = np.array([a for a, _ in ranges], np.int64)
+        his = np.array([b for _, b in ranges], np.int64)
+        rows_found = files_read = 0
+        for path in on_disk:
+            low, high = stats.get(path, (None, None))
+            if not len(ranges) or (low is not None and high is not None and not ((los <= high) & (his >= low)).any()):
+                continue
+            seqs = pq.read_table(path, columns=["seq"]).column("seq").to_numpy()
+            files_read += 1
+            rows_found += int(_in_ranges(seqs, los, his).sum())
+        delta_log = self.table / "_delta_log"
+        checkpoint = _last_checkpoint(delta_log)
+        older = [p.name for p in delta_log.iterdir() if (m := _LOG_ENTRY.match(p.name)) and checkpoint is not None
+                 and int(m.group(1)) < checkpoint]
+        segments = _log_ranges(self.wal_dir)
+        in_log = segments is None or any(a <= hi and lo <= b for a, b in ranges for lo, hi in segments)
+        return {
+            "verified": rows_found == 0 and not untracked and not older and not in_log and checkpoint is not None,
+            "rows_found": rows_found,
+            "files_checked": len(on_disk),
+            "files_read": files_read,
+            "untracked_files": len(untracked),
+            "table_version": dt.version(),
+            "checkpoint_version": checkpoint,
+            "log_entries": sum(1 for _ in delta_log.iterdir()),
+            "log_entries_before_checkpoint": len(older),
+            "wal_segments_checked": len(list(self.wal_dir.glob(f"*{WAL_SUFFIX}"))) if self.wal_dir.is_dir() else 0,
+        }
+
+    def _receipt(self, figures: dict[str, Any], verified: dict[str, Any]) -> dict[str, Any]:
+        receipt: dict[str, Any] = {
+            "stream": self.stream,
+            "files_rewritten": 0,
+            "files_written": 0,
+            "rows_deleted": 0,
+            "files_vacuumed": 0,
+            "bytes_vacuumed": 0,
+            "log_entries_removed": 0,
+            "folders_removed": 0,
+            "tombstones_removed": 0,
+            "checkpoint_version": None,
+        }
+        receipt.update(figures)
+        receipt["verification"] = verified
+        receipt["seconds"] = round(time.monotonic() - self.started, 3)
+        return receipt
 
 
-def _receipt(stream: str, started: float, **figures: Any) -> dict[str, Any]:
-    base = {
-        "stream": stream,
-        "files_rewritten": 0,
-        "files_written": 0,
-        "rows_deleted": 0,
-        "files_vacuumed": 0,
-        "bytes_vacuumed": 0,
-        "log_entries_removed": 0,
-        "folders_removed": 0,
-        "checkpoint_version": None,
-    }
-    base.update(figures)
-    base["seconds"] = round(time.monotonic() - started, 3)
-    return base
+# -- files ------------------------------------------------------------------------------------
 
 
-def _erase_table(spark: SparkSession, table: Path, ranges: list[tuple[int, int]]) -> dict[str, Any]:
-    """Step 2 under the caller's lease; every part is a no-op when already done.
-
-    Spark rewrites the files (the part that grows with the data); delta-rs does the bookkeeping that
-    Spark makes slow on a small machine (a zero-retention VACUUM in Spark runs several jobs over the
-    file listing: minutes here under load, against milliseconds)."""
-    ident = "delta.`" + str(table).replace("`", "``") + "`"
-    figures: dict[str, Any] = {"files_rewritten": 0, "files_written": 0, "rows_deleted": 0}
-    for i in range(0, len(ranges), RANGES_PER_DELETE):
-        chunk = ranges[i : i + RANGES_PER_DELETE]
-        predicate = " OR ".join(f"seq = {a}" if a == b else f"(seq BETWEEN {a} AND {b})" for a, b in chunk)
-        before = DeltaTable(str(table)).version()
-        spark.sql(f"DELETE FROM {ident} WHERE {predicate}")
-        dt = DeltaTable(str(table))
-        if dt.version() > before:
-            commit = dt.history(1)[0]
-            metrics = commit.get("operationMetrics") or {}
-            if commit.get("operation") == "DELETE":
-                figures["files_rewritten"] += int(metrics.get("numRemovedFiles", 0))
-                figures["files_written"] += int(metrics.get("numAddedFiles", 0))
-                figures["rows_deleted"] += int(metrics.get("numDeletedRows", 0))
-
-    dt = DeltaTable(str(table))
-    original = dt.metadata().configuration
-    if any(original.get(key) != ZERO for key in RETENTION_KEYS):
-        dt.alter.set_table_properties({key: ZERO for key in RETENTION_KEYS})
-    time.sleep(0.002)  # the DELETE's tombstones must be strictly older than "now - 0" for the checkpoint
-    files_before = _data_files(table)
-    dt = DeltaTable(str(table))
-    # Full mode: also files no commit ever named (a flush cut short by a crash leaves such files).
-    dt.vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False, full=True)
-    files_after = _data_files(table)
-    gone = set(files_before) - set(files_after)
-    figures["files_vacuumed"] = sum(1 for p in gone if not p.name.startswith("."))
-    figures["bytes_vacuumed"] = sum(files_before[p] for p in gone)
-
-    dt = DeltaTable(str(table))
-    dt.create_checkpoint()
-    checkpoint = dt.version()
-    figures["checkpoint_version"] = checkpoint
-    figures["log_entries_removed"] = _remove_old_log_entries(table / "_delta_log", checkpoint)
-    figures["folders_removed"] = _remove_empty_folders(table)
-
-    restore = {k: original[k] for k in RETENTION_KEYS if k in original and original[k] != ZERO}
-    unset = [k for k in RETENTION_KEYS if k not in restore]
-    if restore:
-        DeltaTable(str(table)).alter.set_table_properties(restore)
-    if unset:  # delta-rs cannot unset a property
-        spark.sql(f"ALTER TABLE {ident} UNSET TBLPROPERTIES IF EXISTS ({', '.join(repr(k) for k in unset)})")
-    figures["table_version"] = DeltaTable(str(table)).version()
-    return figures
+def _in_ranges(seqs: np.ndarray, los: np.ndarray, his: np.ndarray) -> np.ndarray:
+    """Which of `seqs` lie inside one of the sorted, disjoint ranges [los[i], his[i]]."""
+    i = np.searchsorted(los, seqs, side="right") - 1
+    return (i >= 0) & (seqs <= his[np.maximum(i, 0)])
 
 
 def _data_files(table: Path) -> dict[Path, int]:
@@ -280,6 +376,13 @@ def _data_files(table: Path) -> dict[Path, int]:
     return out
 
 
+def _last_checkpoint(delta_log: Path) -> int | None:
+    try:
+        return int(json.loads((delta_log / "_last_checkpoint").read_text())["version"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def _remove_old_log_entries(delta_log: Path, checkpoint: int) -> int:
     """Deletes commits, checksums, checkpoints (and their hidden `.crc`) older than `checkpoint`, and
     any temporary commit file (no commit is in flight: the caller holds the lease)."""
@@ -293,7 +396,7 @@ def _remove_old_log_entries(delta_log: Path, checkpoint: int) -> int:
             path.unlink(missing_ok=True)
             removed += 1
     if removed:
-        _fsync_dir(delta_log)
+        fsync_dir(delta_log)
     return removed
 
 
@@ -314,11 +417,11 @@ def _remove_empty_folders(table: Path) -> int:
         except OSError:
             pass
     if removed:
-        _fsync_dir(table)
+        fsync_dir(table)
     return removed
 
 
-def _table_holds_stream(table: Path, stream_id: str) -> bool:
+def _table_holds(table: Path, stream_id: str) -> bool:
     if not (table / "_delta_log").is_dir():
         return False
     try:
@@ -327,71 +430,29 @@ def _table_holds_stream(table: Path, stream_id: str) -> bool:
         return True
 
 
-# -- the write-ahead log ----------------------------------------------------------------------
+# -- the write-ahead log, through the engine's reader ------------------------------------------
 
 
-def _wal_seqs(folder: Path) -> list[tuple[int, int]] | None:
-    """The sequence range of each message record in a stream's log segments; None if one can't be read."""
+def _log_ranges(folder: Path) -> list[tuple[int, int]] | None:
+    """The sequence range of each message record in a stream's log segments; None if a record is of
+    a kind this job does not know (it may hold messages: wait rather than guess)."""
     if not folder.is_dir():
         return []
     found: list[tuple[int, int]] = []
-    for path in sorted(folder.iterdir()):
-        if not path.name.endswith(".wal"):
-            continue
+    for path in sorted(folder.glob(f"*{WAL_SUFFIX}")):
         try:
-            data = path.read_bytes()
+            records, _ = read_segment(path)  # a torn tail is never acknowledged: left out
         except FileNotFoundError:
             continue  # flushed and dropped meanwhile
-        offset = 0
-        while offset + _WAL_HEADER.size <= len(data):
-            magic, kind, _, length, _ = _WAL_HEADER.unpack_from(data, offset)
-            end = offset + _WAL_HEADER.size + length
-            if magic != _WAL_MAGIC or end > len(data):
-                break  # a torn tail: never acknowledged
-            payload = memoryview(data)[offset + _WAL_HEADER.size : end]
-            if kind == _WAL_ARROW:
-                batch = pa.ipc.read_record_batch(pa.py_buffer(payload), STREAM_SCHEMA)
-                seqs = batch.column("seq")
-                if len(seqs):
-                    found.append((seqs[0].as_py(), seqs[len(seqs) - 1].as_py()))
-            elif kind == _WAL_PACKED:
-                first = last = None
-                pos = 0
-                try:
-                    while pos < len(payload):
-                        seq, _, _, ls, lm, lh, ld = _PACKED_FIXED.unpack_from(payload, pos)
-                        pos += _PACKED_FIXED.size + ls + max(lm - 1, 0) + lh
-                        (lp,) = _PACKED_PARTITION.unpack_from(payload, pos)
-                        pos += _PACKED_PARTITION.size + lp + ld
-                        first = seq if first is None else first
-                        last = seq
-                except struct.error:
-                    return None
-                if first is not None and last is not None:
-                    found.append((first, last))
-            elif kind != _WAL_REMOVE:
+        for record in records:
+            if record.kind in (KIND_ARROW, KIND_PACKED):
+                rows = decode(record.kind, record.payload)
+                if len(rows):
+                    found.append((rows.first_seq, rows.last_seq))
+            elif record.kind != KIND_REMOVE:
                 return None
-            offset = end
     return found
 
 
 def _overlaps(ranges: list[list[int]], lo: int, hi: int) -> bool:
     return any(a <= hi and lo <= b for a, b in ranges)
-
-
-def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for a, b in sorted(ranges):
-        if out and a <= out[-1][1] + 1:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -2,13 +2,20 @@
 
 Deletes, purges, discard-old limits, `max_age` expiry, interest and work-queue removals all reach the
 tombstones table as inclusive sequence ranges (the engine already hides them from every read). For
-each stream, this job takes the ranges that end at or below the last sequence flushed to the stream's
-table (`transaction_version(stream_id)`; a range above it may cover messages still in the gateway's
-log), deletes those sequences with one Spark command under the table's commit lease — a DELETE with a
-`seq BETWEEN a AND b OR …` predicate, or for many ranges a MERGE against a DataFrame of ranges, keyed
-by sequence only, so no subject or payload value reaches the commit log — and only after that commit
-removes the applied tombstone rows under the tombstones table's lease. Tombstone rows of streams that
-no longer exist are dropped too.
+each stream, under the table's commit lease, this job re-reads the stream's config (by the layout's
+file name for it) and checks that the stream is still the one it listed (same `stream_id`: a stream
+deleted and re-created under the same name meanwhile is left alone), reads the stream's tombstones
+and the last sequence flushed to its table (`transaction_version(stream_id)`; a range above it may
+cover messages still in the gateway's log), and deletes the ready sequences with one Spark command —
+a DELETE with a `seq BETWEEN a AND b OR …` predicate, or for many ranges a MERGE against a DataFrame
+of ranges, keyed by sequence only, so no subject or payload value reaches the commit log. Only after
+that commit are the applied tombstone rows removed, under the tombstones table's lease. Tombstone
+rows of streams that no longer exist are dropped too. One failing stream is counted and named in
+the figures (`failed_streams`); the others go on.
+
+Then the storage is freed: every stream table and the tombstones table are vacuumed of the data
+files replaced more than the vacuum window ago (`vacuum_window_hours`, default 1; a table's longer
+`delta.deletedFileRetentionDuration` wins), so `max_age`, `max_bytes` and the rest free disk space.
 
 Safe to kill at any point: a DELETE always commits before its tombstones go, so a rerun re-applies a
 range whose rows are already gone (no rows match: Spark makes no commit) and then removes the
@@ -22,16 +29,17 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from delta.tables import DeltaTable as SparkDeltaTable
 from pyspark.sql import SparkSession
 
 from engine.store.layout import Layout
+from jobs import steps
 from jobs.tables import (
     LeaseTimes,
     StreamEntry,
     Tombstone,
-    check_hex_id,
     coalesce,
     ensure_table_properties,
     flushed_seq,
@@ -43,9 +51,13 @@ from jobs.tables import (
     open_table,
     prepare_session,
     ranges_frame,
+    read_stream,
     read_tombstones,
+    remove_tombstones,
     seq_predicate,
     table_version,
+    vacuum_replaced,
+    vacuum_window_hours,
 )
 
 DEFAULT_MERGE_THRESHOLD = 64  # more ranges than this: MERGE against a DataFrame instead of one long predicate
@@ -58,12 +70,16 @@ def run(
     merge_threshold: int = DEFAULT_MERGE_THRESHOLD,
     include_erase: bool = False,
     lease_times: LeaseTimes | None = None,
-) -> dict[str, int | float]:
-    """Applies every applicable tombstone of the account's streams; returns the figures it logged."""
+    vacuum_window: int | None = None,
+) -> dict[str, Any]:
+    """Applies every applicable tombstone of the account's streams, then vacuums what is past the
+    window (`vacuum_window` hours; default from JETLAKE_VACUUM_WINDOW_HOURS, else 1); returns the
+    figures it logged."""
     started = time.monotonic()
     prepare_session(spark)
+    window = vacuum_window_hours(vacuum_window)
     times = lease_times if lease_times is not None else LeaseTimes()
-    figures: dict[str, int | float] = {
+    figures: dict[str, Any] = {
         "streams": 0,
         "streams_rewritten": 0,
         "tombstone_ranges_applied": 0,
@@ -74,29 +90,34 @@ def run(
         "orphan_tombstones_removed": 0,
         "ranges_waiting_for_flush": 0,
         "erase_ranges_left": 0,
+        "streams_changed": 0,
+        "files_vacuumed": 0,
+        "bytes_vacuumed": 0,
+        "vacuum_window_hours": window,
         "errors": 0,
+        "failed_streams": {},
     }
     # Tombstones first, then the configs: a stream id seen in the tombstones had a config when they
-    # were written, so one missing from the configs read after belongs to a deleted stream.
+    # were written, so one missing from the configs read after belongs to a deleted stream. Each
+    # stream's own tombstones are read again under its table's lease, where they are applied.
     tombstones = read_tombstones(layout)
     streams = list_streams(layout)
     figures["streams"] = len(streams)
-    by_stream: dict[str, list[Tombstone]] = {}
-    for t in tombstones:
-        by_stream.setdefault(t.stream_id, []).append(t)
-    log.info("retention: %d streams, %d tombstone rows", len(streams), len(tombstones))
+    with_tombstones = {t.stream_id for t in tombstones}
+    log.info("retention: %d streams, %d tombstone rows, vacuum window %dh", len(streams), len(tombstones), window)
 
     applied: list[tuple[str, int, int]] = []  # (stream_id, first, last): rows gone, tombstones still there
     for i, stream in enumerate(streams, 1):
         try:
-            ranges = _stream_ranges(stream, by_stream.get(stream.stream_id, []), include_erase, figures)
-            if ranges:
-                _apply(spark, layout, stream, ranges, merge_threshold, times, figures)
+            if stream.stream_id in with_tombstones:
+                ranges = _apply(spark, layout, stream, include_erase, merge_threshold, times, figures)
                 applied.extend((stream.stream_id, a, b) for a, b in ranges)
             else:
                 log.info("retention [%d/%d] %s: nothing to apply", i, len(streams), stream.name)
-        except Exception:
+            _vacuum(layout, stream.path, window, times, figures)
+        except Exception as exc:
             figures["errors"] += 1
+            figures["failed_streams"][stream.name] = f"{type(exc).__name__}: {exc}"[:500]
             log.exception("retention [%d/%d] %s failed; its tombstones stay for the next run", i, len(streams), stream.name)
         if len(applied) >= TOMBSTONE_BATCH:
             _remove_tombstones(spark, layout, applied, [], 0, include_erase, merge_threshold, times, figures)
@@ -107,6 +128,7 @@ def run(
     if applied or orphans:
         _remove_tombstones(
             spark, layout, applied, orphans, sum(1 for t in tombstones if t.stream_id in set(orphans)), include_erase, merge_threshold, times, figures)
+    _vacuum(layout, layout.tombstones_table, window, times, figures)
 
     figures["lease_seconds_held"] = round(times.held, 3)
     figures["lease_seconds_max"] = round(times.max_held, 3)
@@ -114,17 +136,24 @@ def run(
     log.info(
         "retention done: %d ranges applied on %d of %d streams, %d rows deleted, %d files rewritten, "
         "%d tombstones removed (%d of deleted streams), %d ranges wait for a flush, %d erase ranges left, "
-        "%d errors, lease held %.2fs (longest %.2fs), %.2fs",
+        "%d streams changed meanwhile, %d files (%d bytes) vacuumed, %d errors, lease held %.2fs (longest %.2fs), %.2fs",
         figures["tombstone_ranges_applied"], figures["streams_rewritten"], figures["streams"],
         figures["rows_deleted"], figures["files_rewritten"], figures["tombstones_removed"],
         figures["orphan_tombstones_removed"], figures["ranges_waiting_for_flush"], figures["erase_ranges_left"],
+        figures["streams_changed"], figures["files_vacuumed"], figures["bytes_vacuumed"],
         figures["errors"], times.held, times.max_held, figures["seconds"],
     )
     return figures
 
 
+def _vacuum(layout: Layout, path: Path, window: int, times: LeaseTimes, figures: dict[str, Any]) -> None:
+    files, size = vacuum_replaced(layout, path, window, times)
+    figures["files_vacuumed"] += files
+    figures["bytes_vacuumed"] += size
+
+
 def _stream_ranges(
-    stream: StreamEntry, tombstones: list[Tombstone], include_erase: bool, figures: dict[str, int | float]
+    stream: StreamEntry, tombstones: list[Tombstone], include_erase: bool, figures: dict[str, Any]
 ) -> list[tuple[int, int]]:
     """The coalesced ranges of this stream that are safe to make physical now."""
     if not tombstones:
@@ -145,18 +174,29 @@ def _apply(
     spark: SparkSession,
     layout: Layout,
     stream: StreamEntry,
-    ranges: list[tuple[int, int]],
+    include_erase: bool,
     merge_threshold: int,
     times: LeaseTimes,
-    figures: dict[str, int | float],
-) -> None:
+    figures: dict[str, Any],
+) -> list[tuple[int, int]]:
+    """Deletes the stream's ready tombstoned rows; returns the ranges applied (read under the lease)."""
     started = time.monotonic()
     path = stream.path
     if open_table(path) is None:
         log.info("retention %s: no table (deleted meanwhile?)", stream.name)
-        return
+        return []
     ensure_table_properties(spark, layout, path, times=times)
     with leased(layout, path, times):
+        current = read_stream(layout, stream.name)
+        if current is None or current.stream_id != stream.stream_id:
+            figures["streams_changed"] += 1
+            log.info("retention %s: deleted or re-created since it was listed; left for the next run", stream.name)
+            return []
+        ranges = _stream_ranges(current, read_tombstones(layout, current.stream_id), include_erase, figures)
+        if not ranges:
+            log.info("retention %s: nothing ready to apply", stream.name)
+            return []
+        steps.reached("retention.delete")
         version = table_version(path)
         if len(ranges) <= merge_threshold:
             spark.sql(f"DELETE FROM delta.`{path}` WHERE {seq_predicate(ranges)}").collect()
@@ -172,6 +212,7 @@ def _apply(
             )
             how = "MERGE"
         commit = last_commit(path, version)
+    steps.reached("retention.deleted")
     rows = metric(commit, "numDeletedRows", "numTargetRowsDeleted")
     removed = metric(commit, "numRemovedFiles", "numTargetFilesRemoved")
     added = metric(commit, "numAddedFiles", "numTargetFilesAdded")
@@ -185,6 +226,7 @@ def _apply(
         "retention %s: %d tombstone ranges applied (%s), %d rows deleted, %d files rewritten into %d, %.2fs",
         stream.name, len(ranges), how, rows, removed, added, time.monotonic() - started,
     )
+    return ranges
 
 
 def _remove_tombstones(
@@ -196,39 +238,11 @@ def _remove_tombstones(
     include_erase: bool,
     merge_threshold: int,
     times: LeaseTimes,
-    figures: dict[str, int | float],
+    figures: dict[str, Any],
 ) -> None:
-    """Deletes the tombstone rows lying inside applied ranges, and every row of the deleted streams.
-
-    A row inside an applied range only names sequences the committed DELETE removed, so it may go even
-    if it arrived after the ranges were read; a row outside them stays for a later run.
-    """
-    path: Path = layout.tombstones_table
-    if open_table(path) is None:
-        return
+    """Deletes the tombstone rows inside applied ranges and every row of the deleted streams."""
     started = time.monotonic()
-    ensure_table_properties(spark, layout, path, times=times)
-    with leased(layout, path, times):  # one commit for the applied ranges and the deleted streams
-        version = table_version(path)
-        if len(applied) + len(orphans) <= merge_threshold:
-            parts = [
-                f"(stream_id = '{check_hex_id(sid)}' AND first_seq >= {int(a)} AND last_seq <= {int(b)}"
-                + ("" if include_erase else " AND NOT erase") + ")"
-                for sid, a, b in applied
-            ]
-            if orphans:
-                parts.append(f"stream_id IN ({', '.join(repr(check_hex_id(sid)) for sid in orphans)})")
-            spark.sql(f"DELETE FROM delta.`{path}` WHERE {' OR '.join(parts)}").collect()
-        else:
-            keys = [(check_hex_id(s), a, b, 0) for s, a, b in applied]
-            keys += [(check_hex_id(s), 0, 2**62, 1) for s in orphans]
-            source = ranges_frame(spark, keys, ["stream_id", "first_seq", "last_seq", "whole_stream"])
-            condition = (
-                "t.stream_id = r.stream_id AND t.first_seq >= r.first_seq AND t.last_seq <= r.last_seq"
-                + ("" if include_erase else " AND (r.whole_stream = 1 OR NOT t.erase)")
-            )
-            SparkDeltaTable.forPath(spark, str(path)).alias("t").merge(source.alias("r"), condition).whenMatchedDelete().execute()
-        removed = metric(last_commit(path, version), "numDeletedRows", "numTargetRowsDeleted")
+    removed = remove_tombstones(spark, layout, applied, orphans, include_erase, merge_threshold, times)
     removed_orphans = min(removed, orphan_rows)
     figures["tombstones_removed"] += removed
     figures["orphan_tombstones_removed"] += removed_orphans
@@ -236,4 +250,3 @@ def _remove_tombstones(
         "retention tombstones: %d rows removed for %d applied ranges, %d rows of %d deleted streams, %.2fs",
         removed - removed_orphans, len(applied), removed_orphans, len(orphans), time.monotonic() - started,
     )
-

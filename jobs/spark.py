@@ -12,6 +12,7 @@ Why one place:
 - Erasure vacuums with zero retention, so Delta's retention-duration check is off; the jobs decide
   what is old enough, not Spark's default of seven days.
 - Deletion vectors stay off by default: delta-rs and Spark must both keep writing the same tables.
+- Timestamps: every session writes `TIMESTAMP_MICROS` (delta-rs's and the engine's type), not INT96.
 
 The master is `local[*]` unless given or set in `JETLAKE_SPARK_MASTER`; a `spark://…`, YARN or k8s
 master works unchanged.
@@ -43,14 +44,23 @@ REQUIRED_S3_JARS = ("hadoop-aws-", "bundle-", "analyticsaccelerator-s3-")
 
 _REPO_ROOT = Path(__file__).resolve().parents[1]
 
+# Runtime SQL settings every job relies on; set at creation and again by each job on the session it
+# is given (a session made elsewhere, or changed since, must not decide how a job writes): timestamps
+# as INT64 microseconds with UTC semantics, the type delta-rs writes and the engine reads, never
+# Spark's legacy INT96.
+SESSION_SETTINGS: dict[str, str] = {
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.session.timeZone": "UTC",
+}
+
 _SETTINGS: dict[str, str] = {
+    **SESSION_SETTINGS,
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     "spark.driver.memory": "2g",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "4",
-    "spark.sql.session.timeZone": "UTC",
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.databricks.delta.retentionDurationCheck.enabled": "false",
     "spark.databricks.delta.properties.defaults.enableDeletionVectors": "false",

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -26,8 +28,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow.compute as pc
+from delta.tables import DeltaTable as SparkDeltaTable
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import DataFrame, SparkSession
@@ -39,6 +43,7 @@ from engine.store.layout import (
     Layout,
 )
 from engine.store.lease import commit_lease
+from jobs.spark import SESSION_SETTINGS
 
 log = logging.getLogger("jetlake.jobs")
 
@@ -47,9 +52,14 @@ log = logging.getLogger("jetlake.jobs")
 # whatever a session's defaults say (setting it to false keeps the protocol at reader 1 / writer 2).
 JOB_TABLE_PROPERTIES = {"delta.enableDeletionVectors": "false"}
 
-# Spark session settings the jobs rely on (runtime SQL settings, set on the session a job is given):
-# timestamps as INT64 microseconds with UTC semantics, the type delta-rs writes, not legacy INT96.
-SESSION_SETTINGS = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
+# A replaced data file stays on disk this long after the commit that replaced it (Delta's `remove`
+# time), for readers of older snapshots: a Spark query planned before the rewrite, a gateway whose
+# file list predates it (it refreshes its list and reads again when a file is gone). A table's own
+# `delta.deletedFileRetentionDuration`, when longer, wins.
+DEFAULT_VACUUM_WINDOW_HOURS = 1
+VACUUM_WINDOW_ENV = "JETLAKE_VACUUM_WINDOW_HOURS"
+_INTERVAL = re.compile(r"^\s*interval\s+(\d+)\s+(\w+?)s?\s*$", re.IGNORECASE)
+_UNIT_SECONDS = {"microsecond": 1e-6, "millisecond": 1e-3, "second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
 
 _HEX_ID = re.compile(r"^[0-9a-fA-F]{1,64}$")
 
@@ -85,8 +95,23 @@ class LeaseTimes:
 
 
 def prepare_session(spark: SparkSession) -> None:
+    """Sets what every job relies on on the session it is given (see jobs/spark.py)."""
     for key, value in SESSION_SETTINGS.items():
         spark.conf.set(key, value)
+
+
+def read_stream(layout: Layout, name: str) -> StreamEntry | None:
+    """One stream's entry by its name, through the layout's file name for it (long names are hashed);
+    None when it has no config (deleted, or a memory stream)."""
+    path = layout.stream_config(name)
+    try:
+        record = json.loads(path.read_bytes())
+        config = record["config"]
+        if isinstance(config, str):
+            config = json.loads(config)
+        return StreamEntry(config.get("name") or name, str(record["stream_id"]), config, layout.stream_table(name))
+    except FileNotFoundError:
+        return None
 
 
 def list_streams(layout: Layout) -> list[StreamEntry]:
@@ -247,3 +272,95 @@ def metric(commit: dict[str, Any] | None, *names: str) -> int:
 
 def system_tables(layout: Layout) -> list[Path]:
     return [layout.tombstones_table, layout.acks_table]
+
+
+def remove_tombstones(
+    spark: SparkSession,
+    layout: Layout,
+    applied: list[tuple[str, int, int]],
+    orphans: list[str],
+    include_erase: bool,
+    merge_threshold: int,
+    times: LeaseTimes,
+) -> int:
+    """Deletes the tombstone rows lying inside applied ranges `(stream_id, first, last)` (rows flagged
+    `erase` only with `include_erase`), and every row of the `orphans` stream ids; returns how many.
+
+    A row inside an applied range only names sequences whose rows the caller's committed rewrite
+    removed, so it may go even if it arrived after the ranges were read; a row outside them stays.
+    """
+    path: Path = layout.tombstones_table
+    if open_table(path) is None or not (applied or orphans):
+        return 0
+    ensure_table_properties(spark, layout, path, times=times)
+    with leased(layout, path, times):  # one commit for the applied ranges and the deleted streams
+        version = table_version(path)
+        if len(applied) + len(orphans) <= merge_threshold:
+            parts = [
+                f"(stream_id = '{check_hex_id(sid)}' AND first_seq >= {int(a)} AND last_seq <= {int(b)}"
+                + ("" if include_erase else " AND NOT erase") + ")"
+                for sid, a, b in applied
+            ]
+            if orphans:
+                parts.append(f"stream_id IN ({', '.join(repr(check_hex_id(sid)) for sid in orphans)})")
+            spark.sql(f"DELETE FROM delta.`{path}` WHERE {' OR '.join(parts)}").collect()
+        else:
+            keys = [(check_hex_id(s), a, b, 0) for s, a, b in applied]
+            keys += [(check_hex_id(s), 0, 2**62, 1) for s in orphans]
+            source = ranges_frame(spark, keys, ["stream_id", "first_seq", "last_seq", "whole_stream"])
+            condition = (
+                "t.stream_id = r.stream_id AND t.first_seq >= r.first_seq AND t.last_seq <= r.last_seq"
+                + ("" if include_erase else " AND (r.whole_stream = 1 OR NOT t.erase)")
+            )
+            SparkDeltaTable.forPath(spark, str(path)).alias("t").merge(source.alias("r"), condition).whenMatchedDelete().execute()
+        return metric(last_commit(path, version), "numDeletedRows", "numTargetRowsDeleted")
+
+
+def vacuum_window_hours(option: int | None = None, environ: dict[str, str] | None = None) -> int:
+    """The vacuum window: the option, else `JETLAKE_VACUUM_WINDOW_HOURS`, else DEFAULT_VACUUM_WINDOW_HOURS."""
+    if option is not None:
+        if option < 0:
+            raise ValueError(f"the vacuum window must be >= 0 hours, not {option}")
+        return int(option)
+    text = (os.environ if environ is None else environ).get(VACUUM_WINDOW_ENV, "").strip()
+    if not text:
+        return DEFAULT_VACUUM_WINDOW_HOURS
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{VACUUM_WINDOW_ENV}={text!r} is not a whole number of hours") from None
+    if value < 0:
+        raise ValueError(f"{VACUUM_WINDOW_ENV} must be >= 0, not {value}")
+    return value
+
+
+def interval_hours(value: str | None) -> int:
+    """Delta's `interval <n> <unit>` property value in whole hours, rounded up (0 if absent or unreadable)."""
+    match = _INTERVAL.match(value or "")
+    if not match or match.group(2).lower() not in _UNIT_SECONDS:
+        return 0
+    return math.ceil(int(match.group(1)) * _UNIT_SECONDS[match.group(2).lower()] / 3600)
+
+
+def vacuum_replaced(layout: Layout, path: Path, window_hours: int, times: LeaseTimes | None = None) -> tuple[int, int]:
+    """Deletes the data files the table stopped naming more than the window ago (by the time of the
+    commit that removed them, not the file's age), under the table's lease: delta-rs's vacuum, which
+    commits its start and end. Returns (files, bytes) deleted; commits nothing when nothing is due."""
+    dt = open_table(path)
+    if dt is None:
+        return 0, 0
+    hours = max(window_hours, interval_hours(dt.metadata().configuration.get("delta.deletedFileRetentionDuration")))
+    with leased(layout, path, times):
+        dt = DeltaTable(str(path))
+        due = dt.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False)
+        if not due:
+            return 0, 0
+        size = 0
+        for name in due:
+            try:
+                size += (path / unquote(name)).stat().st_size
+            except FileNotFoundError:
+                pass
+        dt.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False)
+    log.info("vacuum %s: %d replaced files (%d bytes) older than %dh deleted", path.name, len(due), size, hours)
+    return len(due), size

@@ -1,5 +1,5 @@
-"""The layering of DESIGN.md: engine/ knows nothing of HTTP or Spark; jobs/ reuses only layout, leases and
-the storage interface."""
+"""The layering of DESIGN.md: engine/ knows nothing of HTTP or Spark; jobs/ reuses engine/store/ only
+(every on-disk format has one reader and one writer, there), nothing else of the engine, nothing of api/."""
 
 from __future__ import annotations
 
@@ -30,13 +30,19 @@ def test_engine_knows_nothing_of_http_or_spark() -> None:
         assert not bad, f"{path} imports {bad}"
 
 
-def test_jobs_reuse_only_layout_and_lease_from_the_engine() -> None:
+def test_jobs_reuse_only_the_storage_layer_of_the_engine() -> None:
     for path, names in _imports("jobs").items():
-        allowed = {"engine.store.layout", "engine.store.lease", "engine.store.leases", "engine.store.objectstore",
-                   "engine.store.objectstore.location"}
-        bad = {n for n in names if n.split(".")[0] == "engine" and n not in allowed}
-        bad |= {n for n in names if n.split(".")[0] in {"api", "fastapi"}}
+        bad = {n for n in names if n.split(".")[0] == "engine" and not n.startswith("engine.store.")}
+        bad |= {n for n in names if n.split(".")[0] in {"api", "fastapi", "starlette", "uvicorn"}}
         assert not bad, f"{path} imports {bad}"
+
+
+def test_jobs_keep_no_copy_of_an_engine_format() -> None:
+    """The log's record header and the erasure requests' folder are read through engine/store/ only."""
+    for path in (ROOT / "jobs").rglob("*.py"):
+        text = path.read_text()
+        for marker in ("JLW", "struct.Struct", '"erasures"'):
+            assert marker not in text, f"{path.name} carries its own copy of a format ({marker})"
 
 
 def test_the_gateway_does_not_load_spark_at_import() -> None:

@@ -11,13 +11,15 @@ registry itself never keeps what it erases. Files rather than a Delta table: the
 a request durable before it answers (one small fsynced file, no commit lease, no table history that
 would need its own cleanup), the erase job replaces one request's file when it is done (an atomic
 rename: readers see the old or the new record, never half of one), and each file has one writer at
-a time (the gateway creates it, the job then replaces it). jobs/erase.py reads and writes the same
-format with its own few lines, since jobs/ may import only layout and lease from the engine.
+a time (the gateway creates it, the job then replaces it). The erase job reads and replaces them
+through this module: the one reader and writer of the format.
 """
 
 from __future__ import annotations
 
 import re
+import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,8 @@ import orjson
 
 from engine.store.files import atomic_write
 from engine.store.layout import Layout
+
+log = logging.getLogger(__name__)
 
 PENDING = "pending"
 DONE = "done"
@@ -59,3 +63,27 @@ def read_request(layout: Layout, erasure_id: str) -> dict[str, Any] | None:
 
 def remove_request(layout: Layout, erasure_id: str) -> None:
     request_path(layout, erasure_id).unlink(missing_ok=True)
+
+
+def pending_requests(layout: Layout) -> list[dict[str, Any]]:
+    """Every pending request, oldest first; an unreadable file (being replaced, damaged) is skipped."""
+    folder = erasures_dir(layout)
+    records = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        if not valid_id(path.stem):
+            continue
+        try:
+            record = orjson.loads(path.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            log.warning("erasure request %s unreadable; skipped", path.name)
+            continue
+        if record.get("status") == PENDING:
+            records.append(record)
+    return sorted(records, key=lambda r: (r["requested"], r["id"]))
+
+
+def mark_done(layout: Layout, record: dict[str, Any], receipt: dict[str, Any]) -> dict[str, Any]:
+    """Replaces a request by its done form with the receipt (durably, at once)."""
+    done = {**record, "status": DONE, "completed": time.time_ns(), "receipt": receipt}
+    write_request(layout, done)
+    return done

@@ -1,4 +1,4 @@
-"""Small files that must never be half-written: configs are replaced whole, durably."""
+"""Small files that must never be half-written: configs are replaced whole, durably; folder fsyncs."""
 
 from __future__ import annotations
 
@@ -15,7 +15,12 @@ def atomic_write(path: Path, data: bytes) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(folder: Path) -> None:
+    """Makes the folder's entries (a rename, an unlink) durable."""
+    fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
