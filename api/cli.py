@@ -261,6 +261,7 @@ def _jobs_run(args: argparse.Namespace) -> int:
 
     names = list(JOBS) if args.job == "all" else [args.job]
     accounts = [args.account] if args.account else account_names(args.warehouse) or [DEFAULT_ACCOUNT]
+    options = _job_options(args)
     spark = spark_session(args.master, app_name=f"jetlake-jobs-{args.job}")
     status = 0
     try:
@@ -268,7 +269,7 @@ def _jobs_run(args: argparse.Namespace) -> int:
             layout = Layout(args.warehouse, account)
             for name in names:
                 try:
-                    figures = run_job(spark, layout, name)
+                    figures = run_job(spark, layout, name, **options.get(name, {}))
                 except JobMissing as exc:
                     log.warning("%s; skipped", exc)
                     if args.job != "all":
@@ -302,6 +303,7 @@ def _scheduler(args: argparse.Namespace) -> int:
         layout=Layout(args.warehouse),
         intervals=intervals,
         all_accounts=True,
+        options=_job_options(args),
         max_runs=args.max_runs,
         duration=args.duration,
         start_delay=start_delay,
@@ -322,6 +324,13 @@ def _scheduler(args: argparse.Namespace) -> int:
         threading.Thread(target=_watch_parent, args=(args.parent_pid, scheduler), daemon=True).start()
     failures = scheduler.run_forever()
     return 1 if failures and args.max_runs is not None else 0
+
+
+def _job_options(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Per-job options from the command line: the vacuum window of the jobs that vacuum."""
+    if args.vacuum_window is None:
+        return {}
+    return {name: {"vacuum_window": args.vacuum_window} for name in ("retention", "compact")}
 
 
 def _watch_parent(parent: int, scheduler: Any) -> None:
@@ -504,11 +513,16 @@ def build_parser() -> argparse.ArgumentParser:
     run = jobs_commands.add_parser("run", help="run retention, erase, compact, or all three in that order")
     run.add_argument("job", choices=("retention", "compact", "erase", "all"))
     _spark_options(run)
+<<<<<<< HEAD
     run.add_argument("--account", default=None, help="only this account (default: every account of the warehouse)")
+=======
+    _vacuum_option(run)
+>>>>>>> ee05ad8 (Tests: every stored copy erased (purge, retention-applied purge, no_erase, KV history, work queue, interest, replaced object), deleted-and-recreated stream, crash between commit and segment removal; killed jobs rerun; identity under the lease; per-stream isolation; vacuum after the window; --vacuum-window)
     run.set_defaults(func=_jobs_run)
 
     scheduler = commands.add_parser("scheduler", help="run the maintenance jobs on intervals")
     _spark_options(scheduler)
+    _vacuum_option(scheduler)
     for name in ("retention", "erase", "compact"):
         scheduler.add_argument(f"--{name}-interval", type=_seconds, default=None, metavar="S",
                                help=f"seconds between {name} runs, 0 = off (default $JETLAKE_{name.upper()}_INTERVAL, "
@@ -540,11 +554,24 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 _DEFAULT_INTERVALS = {"retention": 300.0, "erase": 60.0, "compact": 3600.0}
 
 
+def _vacuum_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--vacuum-window", type=_hours, default=None, metavar="HOURS",
+                        help="retention and compact delete replaced data files this many hours after they were "
+                             "replaced (default $JETLAKE_VACUUM_WINDOW_HOURS, then 1)")
+
+
 def _spark_options(parser: argparse.ArgumentParser, log_level: str = "info") -> None:
     parser.add_argument("--warehouse", default="./warehouse", help="warehouse folder (default ./warehouse)")
     parser.add_argument("--master", default=None,
                         help="Spark master URL (default $JETLAKE_SPARK_MASTER, then local[*])")
     parser.add_argument("--log-level", default=log_level, choices=LOG_LEVELS)
+
+
+def _hours(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return value
 
 
 def _seconds(text: str) -> float:

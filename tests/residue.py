@@ -1,0 +1,52 @@
+"""The residue scanner of the erasure tests: every place under a folder where a marker still shows."""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+from pathlib import Path
+from urllib.parse import quote, quote_plus, unquote
+
+import pyarrow.parquet as pq
+
+
+def needles_for(marker: str, *texts: str) -> dict[str, bytes]:
+    """The marker as bytes and in the encodings a file or folder name or a log entry could use."""
+    forms = {marker: marker.encode(), f"{marker} utf-16": marker.encode("utf-16-le")}
+    for text in (marker, *texts):
+        forms[f"quote({text})"] = quote(text, safe="").encode()
+        forms[f"quote_plus({text})"] = quote_plus(text).encode()
+        forms[f"base64({text})"] = base64.b64encode(text.encode()).decode().rstrip("=").encode()
+        forms[f"urlsafe_base64({text})"] = base64.urlsafe_b64encode(text.encode()).decode().rstrip("=").encode()
+    return forms
+
+
+def find_residue(root: Path, needles: dict[str, bytes]) -> list[str]:
+    """Every place under `root` where a needle shows: names, raw bytes (path and offset), and the
+    decoded values of Parquet files (compression could hide a repeated marker from a byte search).
+    Every file is read: table data, `_delta_log` and checkpoints, `_wal`, `_system`."""
+    hits: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            for label, needle in needles.items():
+                text = needle.decode(errors="ignore")
+                if text and (text in name or text in unquote(name)):
+                    hits.append(f"name {path} ({label})")
+        for name in filenames:
+            path = Path(dirpath) / name
+            data = path.read_bytes()
+            for label, needle in needles.items():
+                for m in re.finditer(re.escape(needle), data):
+                    hits.append(f"bytes {path} offset {m.start()} ({label})")
+            if name.endswith(".parquet") and not name.startswith("."):
+                try:
+                    values = repr(pq.read_table(path).to_pylist()).encode()
+                except Exception as exc:  # a file we cannot decode is itself worth reporting
+                    hits.append(f"undecodable parquet {path}: {exc}")
+                    continue
+                for label, needle in needles.items():
+                    if needle in values:
+                        hits.append(f"decoded parquet {path} ({label})")
+    return hits
