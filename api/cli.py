@@ -513,11 +513,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = jobs_commands.add_parser("run", help="run retention, erase, compact, or all three in that order")
     run.add_argument("job", choices=("retention", "compact", "erase", "all"))
     _spark_options(run)
-<<<<<<< HEAD
     run.add_argument("--account", default=None, help="only this account (default: every account of the warehouse)")
-=======
     _vacuum_option(run)
->>>>>>> ee05ad8 (Tests: every stored copy erased (purge, retention-applied purge, no_erase, KV history, work queue, interest, replaced object), deleted-and-recreated stream, crash between commit and segment removal; killed jobs rerun; identity under the lease; per-stream isolation; vacuum after the window; --vacuum-window)
     run.set_defaults(func=_jobs_run)
 
     scheduler = commands.add_parser("scheduler", help="run the maintenance jobs on intervals")

@@ -17,9 +17,11 @@ Phases, in order (each one's figures under its own key):
              subject per second as under the gateway's flusher. Figures: publish and flush seconds, the
              table's commits, files and bytes.
   purge      `purge(seq=N/2+1)`: the first half become tombstones (hidden at once); flush, close.
-  retention  `jobs.retention.run(spark, layout)` makes them physical (a Spark DELETE rewriting the files
-             that hold them): `retention_s`, rows deleted, files rewritten. Spark starts before
-             (`spark_start_s`, not included).
+  retention  `jobs.retention.run(spark, layout, vacuum_window=0)` makes them physical (a Spark DELETE
+             rewriting the files that hold them) and vacuums the files it replaced (a zero window: no
+             reader here): `retention_s`, rows deleted, files rewritten and vacuumed, and the table's
+             bytes on disk before and after (`disk_bytes_before`, `disk_bytes_after`, `disk_bytes_freed`).
+             Spark starts before (`spark_start_s`, not included).
   erase      the engine is reopened, 10 live sequences spread over the second half are queued through
              the GDPR erasure registry (what `POST /v1/erasures {"stream","seq"}` calls), flushed, closed;
              `jobs.erase.run(spark, layout)`: `erase_s` with its figures. The erase job's full vacuum also
@@ -32,6 +34,12 @@ Phases, in order (each one's figures under its own key):
              then an ordered consumer (a push consumer with flow control, no acks; nats-py on uvloop)
              replays the stream counting per subject until it has every message: `nats_replay_s`; the
              counts are checked against the SQL answer.
+  load       publish latency while the jobs hold a table's lease, against a live gateway (moved here
+             from the tests, which assert correctness only): a `jetlake serve` on its own warehouse,
+             stream LOAD preloaded with six flushes of 200 messages and some deletes and a purge; then
+             for retention and for compact in turn, two threads publish single messages and one
+             fetches and acks while the job runs: publishes, `max_ms`, `p99_ms`, publishes answered
+             while the job held the lease, the longest lease hold, consumer acks.
   compact    in a separate warehouse (the compact job compacts every table of an account: beside the
              big stream it would measure that stream's files instead), stream SMALL gets 1,000 commits
              of one message each (10 subjects; `setup_s`), then `jobs.compact.run(spark, layout)`:
@@ -64,9 +72,12 @@ from common import (  # noqa: E402
     HOST,
     count_table,
     find_nats_server,
+    http_call,
     log,
     maybe_uvloop,
+    pct_ms,
     set_log_name,
+    start_gateway,
     start_nats,
     stop_process,
 )
@@ -83,7 +94,9 @@ ERASED = 10
 SMALL_COMMITS = 1_000
 NATS_WINDOW = 1_000
 SQL = f"SELECT subject, count(*) AS n FROM {STREAM} GROUP BY subject"
-PHASES = ("write", "purge", "retention", "erase", "sql", "nats", "compact")
+PHASES = ("write", "purge", "retention", "erase", "sql", "nats", "load", "compact")
+LOAD_PRELOAD_ROUNDS = 6
+LOAD_PRELOAD_BATCH = 200
 
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)
@@ -305,14 +318,19 @@ class Bench:
         out = self.res.setdefault("retention", {})
         table = Layout(self.warehouse).stream_table(STREAM)
         out["table_before"] = table_stats(table)
-        log("retention: running jobs.retention.run")
+        out["disk_bytes_before"] = out["table_before"].get("disk_bytes")
+        log("retention: running jobs.retention.run (vacuum window 0)")
         t0 = time.monotonic()
-        figures = jobs.retention.run(spark, Layout(self.warehouse))
+        figures = jobs.retention.run(spark, Layout(self.warehouse), vacuum_window=0)
         out["retention_s"] = r3(time.monotonic() - t0)
         out["job"] = figures
         out["table_after"] = table_stats(table)
+        out["disk_bytes_after"] = out["table_after"].get("disk_bytes")
+        if out["disk_bytes_before"] is not None and out["disk_bytes_after"] is not None:
+            out["disk_bytes_freed"] = out["disk_bytes_before"] - out["disk_bytes_after"]
         log(f"retention: {out['retention_s']}s, {figures.get('rows_deleted')} rows deleted, "
-            f"{figures.get('files_rewritten')} files rewritten; table after {out['table_after']}")
+            f"{figures.get('files_rewritten')} files rewritten, {figures.get('files_vacuumed')} vacuumed; "
+            f"disk bytes {out['disk_bytes_before']:,} -> {out['disk_bytes_after']:,}; table after {out['table_after']}")
 
     def phase_erase(self) -> None:
         import jobs.erase
@@ -397,6 +415,49 @@ class Bench:
         out["files_after"] = out["table_after"].get("live_files")
         log(f"compact: {out['compact_s']}s, live files {out['files_before']} -> {out['files_after']}, "
             f"rows {out['rows_after']}")
+
+    def phase_load(self) -> None:
+        import jobs.compact
+        import jobs.retention
+        from engine.store.layout import Layout
+        from jobs.tables import LeaseTimes
+
+        out = self.res.setdefault("load", {})
+        warehouse = self.workdir / "warehouse_load"
+        warehouse.mkdir()
+        jetlake = Path(sys.prefix) / "bin" / "jetlake"
+        proc, port, _ = start_gateway(jetlake, warehouse, self.workdir / "gateway-load.log", ["--flush-interval", "0.2"])
+        try:
+            ok = http_call(port, "POST", "/v1/streams", {"name": "LOAD", "subjects": ["load.*"]})[0] == 201
+            ok &= http_call(port, "POST", "/v1/streams/LOAD/consumers", {"durable_name": "C", "ack_policy": "explicit"})[0] == 201
+            if not ok:
+                raise RuntimeError("could not create the LOAD stream and consumer")
+            spark = self.get_spark()
+            for job in ("retention", "compact"):
+                for b in range(LOAD_PRELOAD_ROUNDS):
+                    msgs = [{"subject": f"load.{'abcd'[i % 4]}", "text": f"pre-{job}-{b}-{i}"} for i in range(LOAD_PRELOAD_BATCH)]
+                    http_call(port, "POST", "/v1/publish", {"messages": msgs})
+                    http_call(port, "POST", "/v1/flush")
+                http_call(port, "POST", "/v1/streams/LOAD/purge", {"filter": "load.d"})
+                http_call(port, "POST", "/v1/flush")
+                run = getattr(jobs, job).run
+                times = LeaseTimes()
+                load = _PublishLoad(port)
+                with load:
+                    t0 = time.monotonic()
+                    figures = run(spark, Layout(warehouse), lease_times=times)
+                    job_s = time.monotonic() - t0
+                lat = sorted(int((end - start) * 1e9) for start, end in load.publishes)
+                during = sum(1 for start, end in load.publishes if any(w0 <= start and end <= w1 for w0, w1 in times.windows))
+                out[job] = {
+                    "job_s": r3(job_s), "publishes": len(lat), "errors": load.errors[:3], "max_ms": pct_ms(lat, 1.0),
+                    "p99_ms": pct_ms(lat, 0.99), "p50_ms": pct_ms(lat, 0.5), "publishes_during_lease": during,
+                    "lease_max_held_s": r3(times.max_held), "lease_held_s": r3(times.held), "consumer_acks": load.acks,
+                    "rows_deleted": figures.get("rows_deleted"), "files_removed": figures.get("files_removed"),
+                }
+                log(f"load {job}: {out[job]}")
+        finally:
+            stop_process(proc, "gateway")
 
     # -- nats ---------------------------------------------------------------------------------
 
@@ -523,6 +584,61 @@ class Bench:
                     log(f"Spark's JVM (pid {proc.pid}) did not exit: kill")
                     proc.kill()
                     proc.wait(timeout=10)
+
+
+class _PublishLoad:
+    """Two threads publishing single messages (wall-clock start and end of each) and one fetching and
+    acking, against the gateway on `port`, from `__enter__` to `__exit__`."""
+
+    def __init__(self, port: int) -> None:
+        import threading
+
+        self.port = port
+        self.stop = threading.Event()
+        self.publishes: list[tuple[float, float]] = []
+        self.errors: list[str] = []
+        self.acks = 0
+        self._threads = [threading.Thread(target=self._publish, args=(k,)) for k in range(2)]
+        self._threads.append(threading.Thread(target=self._ack))
+
+    def _publish(self, k: int) -> None:
+        import http.client
+
+        conn = http.client.HTTPConnection(HOST, self.port, timeout=60)
+        i = 0
+        while not self.stop.is_set():
+            start = time.time()
+            conn.request("POST", f"/v1/publish/load.{'abc'[(i + k) % 3]}", body=f"live-{k}-{i}".encode())
+            resp = conn.getresponse()
+            resp.read()
+            end = time.time()
+            if resp.status != 200:
+                self.errors.append(f"publish {resp.status}")
+            self.publishes.append((start, end))
+            i += 1
+            time.sleep(0.02)
+        conn.close()
+
+    def _ack(self) -> None:
+        while not self.stop.is_set():
+            status, body = http_call(self.port, "POST", "/v1/streams/LOAD/consumers/C/next", {"batch": 20, "no_wait": True})
+            messages = body.get("messages", []) if status == 200 and isinstance(body, dict) else []
+            if messages:
+                http_call(self.port, "POST", "/v1/streams/LOAD/consumers/C/ack",
+                          {"acks": [{"token": m["ack"], "type": "ack"} for m in messages]})
+                self.acks += len(messages)
+            else:
+                time.sleep(0.05)
+
+    def __enter__(self) -> _PublishLoad:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self._threads:
+            t.join(timeout=60)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -167,7 +167,7 @@ class StreamErasure:
         figures["tombstones_removed"] = remove_tombstones(
             self.spark, self.layout, [(self.stream_id, a, b) for a, b in ranges], [], True, MERGE_THRESHOLD, self.times)
         steps.reached("erase.tombstones_removed")
-        verified = self._verify(ranges)
+        verified = self._verify(ranges, figures["checkpoint_version"])
         if not verified["verified"]:
             raise RuntimeError(f"verification found erased data left: {verified}")
         receipt = self._receipt(figures, verified)
@@ -292,9 +292,9 @@ class StreamErasure:
 
     # -- after the rewrite ----------------------------------------------------------------------
 
-    def _verify(self, ranges: list[tuple[int, int]]) -> dict[str, Any]:
+    def _verify(self, ranges: list[tuple[int, int]], checkpoint: int) -> dict[str, Any]:
         """Reads the table after the rewrite: no live row, no data file on disk, no log entry older than
-        the checkpoint and no log segment may hold an erased sequence."""
+        the checkpoint this run wrote and no log segment may hold an erased sequence."""
         dt = DeltaTable(str(self.table))
         actions = pa.table(dt.get_add_actions(flatten=True))
         named = {self.table / unquote(p) for p in actions.column("path").to_pylist()}
@@ -316,13 +316,13 @@ class StreamErasure:
             files_read += 1
             rows_found += int(_in_ranges(seqs, los, his).sum())
         delta_log = self.table / "_delta_log"
-        checkpoint = _last_checkpoint(delta_log)
-        older = [p.name for p in delta_log.iterdir() if (m := _LOG_ENTRY.match(p.name)) and checkpoint is not None
-                 and int(m.group(1)) < checkpoint]
+        older = [p.name for p in delta_log.iterdir() if (m := _LOG_ENTRY.match(p.name)) and int(m.group(1)) < checkpoint]
+        written = (delta_log / f"{checkpoint:020d}.checkpoint.parquet").is_file() or any(
+            delta_log.glob(f"{checkpoint:020d}.checkpoint.*.parquet"))
         segments = _log_ranges(self.wal_dir)
         in_log = segments is None or any(a <= hi and lo <= b for a, b in ranges for lo, hi in segments)
         return {
-            "verified": rows_found == 0 and not untracked and not older and not in_log and checkpoint is not None,
+            "verified": rows_found == 0 and not untracked and not older and not in_log and written,
             "rows_found": rows_found,
             "files_checked": len(on_disk),
             "files_read": files_read,
@@ -374,13 +374,6 @@ def _data_files(table: Path) -> dict[Path, int]:
             except FileNotFoundError:
                 pass
     return out
-
-
-def _last_checkpoint(delta_log: Path) -> int | None:
-    try:
-        return int(json.loads((delta_log / "_last_checkpoint").read_text())["version"])
-    except (OSError, ValueError, KeyError):
-        return None
 
 
 def _remove_old_log_entries(delta_log: Path, checkpoint: int) -> int:

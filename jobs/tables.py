@@ -1,13 +1,17 @@
-"""What the maintenance jobs share: the account's streams, their tombstones, the commit lease, table properties.
+"""What the maintenance jobs share: the account's streams, their tombstones, the commit lease, table
+properties, and the vacuum of replaced files.
 
-- Streams come from the engine's config files (`layout.stream_configs`, one `<name>.json` each with
-  the stream's config, creation time and `stream_id`); a stream's table is `layout.stream_table(name)`.
+- Streams come from the engine's config files (`layout.stream_configs`; one stream's file is
+  `layout.stream_config(name)`, hashed for long names) with the stream's config, creation time and
+  `stream_id`; a stream's table is `layout.stream_table(name)`. A job re-reads a stream's entry under
+  the table's lease before it acts (`read_stream`), so a stream re-created meanwhile is recognised.
 - Tombstones (`_system/tombstones`) are inclusive sequence ranges of logically deleted messages, keyed
   by `stream_id`. A range is safe to make physical once the stream's table holds every sequence up to
   its end: `DeltaTable(path).transaction_version(stream_id)` is the last sequence the flusher committed.
 - Every commit a job makes to a table happens under that table's commit lease, the same `flock` the
-  gateway's flusher takes around its own commits; the lease is held for one command, never a whole
-  job, so the flusher catches up between commands (publishes are acknowledged from the log meanwhile).
+  gateway's flusher (and stream create and delete) take; the lease is held for one command, never a
+  whole job, so the flusher catches up between commands (publishes are acknowledged from the log meanwhile).
+- Replaced data files are deleted once the vacuum window has passed since the commit that replaced them.
 - Tables stay within what delta-rs and Spark both write: no deletion vectors, no clustering, no
   column mapping; column statistics on sequence and time columns only.
 
@@ -344,23 +348,26 @@ def interval_hours(value: str | None) -> int:
 
 def vacuum_replaced(layout: Layout, path: Path, window_hours: int, times: LeaseTimes | None = None) -> tuple[int, int]:
     """Deletes the data files the table stopped naming more than the window ago (by the time of the
-    commit that removed them, not the file's age), under the table's lease: delta-rs's vacuum, which
-    commits its start and end. Returns (files, bytes) deleted; commits nothing when nothing is due."""
+    commit that removed them, not the file's age), and files no commit names that are older than the
+    window (a Spark rewrite leaves the empty file of a file whose rows all went), under the table's
+    lease (no commit is writing files meanwhile): delta-rs's full vacuum, which commits its start and
+    end. Returns (files, bytes) deleted; takes no lease and commits nothing when nothing is due."""
     dt = open_table(path)
     if dt is None:
         return 0, 0
     hours = max(window_hours, interval_hours(dt.metadata().configuration.get("delta.deletedFileRetentionDuration")))
+    if not dt.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False, full=True):
+        return 0, 0  # nothing due: no lease taken, the flusher is not held up
     with leased(layout, path, times):
         dt = DeltaTable(str(path))
-        due = dt.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False)
-        if not due:
-            return 0, 0
+        due = dt.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False, full=True)
         size = 0
         for name in due:
             try:
                 size += (path / unquote(name)).stat().st_size
             except FileNotFoundError:
                 pass
-        dt.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False)
+        if due:
+            dt.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False, full=True)
     log.info("vacuum %s: %d replaced files (%d bytes) older than %dh deleted", path.name, len(due), size, hours)
     return len(due), size

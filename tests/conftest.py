@@ -13,10 +13,43 @@ from tests.s3 import S3Server, versitygw_binary
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
+def shared_spark() -> Iterator[SparkSession]:
+    """One Spark session for the whole run (a JVM start costs seconds); tests get it through `spark`."""
     session = spark_session("local[2]", "jetlake-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def spark(shared_spark: SparkSession) -> Iterator[SparkSession]:
+    """The shared session, given back as it was handed over: the settings a test (or a job it ran)
+    changed return to their values, those it added are unset, the temporary views it registered go.
+    Jobs set what they need on the session they are given; a test never inherits another's session."""
+    before = session_state(shared_spark)
+    yield shared_spark
+    restore_session(shared_spark, before)
+
+
+SessionState = tuple[dict[str, str], frozenset[str]]
+
+
+def session_state(spark: SparkSession) -> SessionState:
+    """A session's settings and temporary views."""
+    views = frozenset(t.name for t in spark.catalog.listTables() if t.isTemporary)
+    return dict(spark.conf.getAll), views
+
+
+def restore_session(spark: SparkSession, state: SessionState) -> None:
+    settings, views = state
+    now = dict(spark.conf.getAll)
+    for key in now.keys() - settings.keys():
+        if spark.conf.isModifiable(key):
+            spark.conf.unset(key)
+    for key, value in settings.items():
+        if now.get(key) != value and spark.conf.isModifiable(key):
+            spark.conf.set(key, value)
+    for name in {t.name for t in spark.catalog.listTables() if t.isTemporary} - views:
+        spark.catalog.dropTempView(name)
 
 
 @pytest.fixture

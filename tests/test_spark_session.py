@@ -7,6 +7,8 @@ import pytest
 from deltalake import write_deltalake
 from pyspark.sql import SparkSession
 
+from tests.conftest import restore_session, session_state
+
 pytestmark = pytest.mark.spark
 
 
@@ -33,3 +35,17 @@ def test_spark_stays_on_loopback(spark: SparkSession) -> None:
     conf = spark.sparkContext.getConf()
     assert conf.get("spark.driver.host") == "127.0.0.1"
     assert conf.get("spark.driver.bindAddress") == "127.0.0.1"
+
+
+def test_a_test_gets_the_shared_session_back_as_it_was(shared_spark: SparkSession) -> None:
+    """What the `spark` fixture does after each test: settings back, added ones unset, views dropped."""
+    before = session_state(shared_spark)
+    assert before[0]["spark.sql.parquet.outputTimestampType"] == "TIMESTAMP_MICROS", "the factory sets it"
+    shared_spark.conf.set("spark.sql.shuffle.partitions", "7")
+    shared_spark.conf.set("spark.databricks.delta.optimize.maxFileSize", "1234")
+    shared_spark.conf.set("spark.sql.parquet.outputTimestampType", "INT96")
+    shared_spark.sql("CREATE OR REPLACE TEMPORARY VIEW leaked AS SELECT 1 AS one")
+    assert session_state(shared_spark) != before
+    restore_session(shared_spark, before)
+    assert session_state(shared_spark) == before
+    assert not shared_spark.catalog.tableExists("leaked")

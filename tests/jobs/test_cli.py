@@ -1,5 +1,6 @@
 """The Spark commands of `jetlake`: `sql` end to end (one subprocess: it starts its own Spark), the
-output formats, the scheduler's loop, and `serve --scheduler`'s child process."""
+output formats, the scheduler's loop (with stand-in jobs, and once with the real ones), and
+`serve --scheduler`'s child process, restarted after a kill -9."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import csv
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -18,9 +20,12 @@ from typing import Any
 
 import httpx
 import pytest
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from api.cli import _print_rows, build_parser
+from engine import JetStream
+from engine.erasures import registry
 from engine.store.layout import Layout
 from jobs.scheduler import JobMissing, Scheduler, intervals_from, load_job, start_delay_from
 from tests.gateway import JETLAKE, Gateway
@@ -130,9 +135,7 @@ def test_scheduler_runs_each_job_on_its_interval_and_survives_failures(
 
     caplog.set_level("INFO", "jetlake.scheduler")
     scheduler = Scheduler(factory, Layout(warehouse), {"retention": 0.05, "erase": 0.2, "compact": 0.05}, max_runs=6)
-    started = time.monotonic()
     failures = scheduler.run_forever()
-    assert time.monotonic() - started < 5
     assert failures == 1 and scheduler.runs == 6
     assert calls.count("retention") >= 3 and 1 <= calls.count("erase") <= 2, calls
     assert calls[:2] == ["retention", "erase"], "all due at start, in order"
@@ -150,16 +153,20 @@ def test_scheduler_stops_when_asked_and_after_its_duration(monkeypatch: pytest.M
     scheduler = Scheduler(FakeSession, Layout(warehouse), {"retention": 3600, "erase": 0, "compact": 0})
     thread = threading.Thread(target=scheduler.run_forever)
     thread.start()
-    time.sleep(0.3)
+    deadline = time.monotonic() + 30
+    while not calls and time.monotonic() < deadline:
+        time.sleep(0.01)
     scheduler.stop()
-    thread.join(timeout=3)
+    thread.join(timeout=30)
     assert not thread.is_alive() and calls == ["retention"]
 
     timed = Scheduler(FakeSession, Layout(warehouse), {"retention": 3600, "erase": 0, "compact": 0},
                       duration=0.3, start_delay=100)
-    started = time.monotonic()
-    timed.run_forever()
-    assert 0.25 < time.monotonic() - started < 3 and calls == ["retention"], "the start delay holds the first run"
+    thread = threading.Thread(target=timed.run_forever)
+    thread.start()
+    thread.join(timeout=30)  # far below the start delay: only the duration can have ended it
+    assert not thread.is_alive(), "stopped after its duration, not at the end of the start delay"
+    assert calls == ["retention"] and timed.runs == 0, "the start delay held the first run"
 
 
 def test_intervals_and_job_loading(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -183,6 +190,10 @@ def test_command_line_of_the_spark_commands() -> None:
     assert (args.job, args.warehouse, args.master) == ("all", "w", "spark://127.0.0.1:7077")
     args = parser.parse_args(["scheduler", "--retention-interval", "10", "--erase-interval", "0"])
     assert (args.retention_interval, args.erase_interval, args.compact_interval) == (10.0, 0.0, None)
+    assert args.vacuum_window is None
+    assert parser.parse_args(["jobs", "run", "retention", "--vacuum-window", "0"]).vacuum_window == 0
+    with pytest.raises(SystemExit):
+        parser.parse_args(["jobs", "run", "retention", "--vacuum-window", "-1"])
     args = parser.parse_args(["sql", "SELECT 1", "--format", "csv"])
     assert (args.query, args.format, args.gateway) == ("SELECT 1", "csv", "http://127.0.0.1:4280")
     assert parser.parse_args(["serve", "--scheduler"]).scheduler is True
@@ -211,3 +222,65 @@ def test_serve_with_scheduler_runs_it_as_a_child_and_stops_it(monkeypatch: pytes
     finally:
         gw.stop()
     assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+
+
+# -- the real jobs, and the child process of `serve --scheduler` ---------------------------------
+
+
+@pytest.mark.spark
+def test_the_scheduler_runs_the_real_jobs(js: JetStream, spark: SparkSession) -> None:
+    js.add_stream({"name": "SCHED", "subjects": ["sched.*"]})
+    for i in range(12):
+        js.publish_one(f"sched.{i % 2}", f"m{i}".encode())
+        js.flush()  # one small file per flush: something to compact
+    js.delete_message("SCHED", 3, erase=False)
+    answer = registry(js.layout).erase(js.stream("SCHED"), seq=4)
+    js.flush()
+    scheduler = Scheduler(spark, js.layout, {"retention": 3600, "erase": 3600, "compact": 3600}, max_runs=3)
+    assert scheduler.run_forever() == 0
+    runs = {name: (status, figures) for name, status, figures in scheduler.history}
+    assert [name for name, _, _ in scheduler.history] == ["retention", "erase", "compact"]
+    assert all(status == "ok" for status, _ in runs.values()), scheduler.history
+    assert runs["retention"][1]["rows_deleted"] == 1 and runs["retention"][1]["erase_ranges_left"] == 1
+    assert runs["erase"][1]["requests_done"] == 1 and runs["erase"][1]["rows_deleted"] == 1
+    assert runs["compact"][1]["files_removed"] > runs["compact"][1]["files_added"] > 0
+    assert registry(js.layout).get(answer["id"])["status"] == "done"
+    seqs = DeltaTable(str(js.layout.stream_table("SCHED"))).to_pyarrow_table(columns=["seq"]).column("seq").to_pylist()
+    assert sorted(seqs) == [s for s in range(1, 13) if s not in (3, 4)]
+
+
+def _scheduler_pids(log: Path) -> list[int]:
+    text = log.read_text() if log.exists() else ""
+    return [int(line.rsplit("(pid ", 1)[1].rstrip(")")) for line in text.splitlines()
+            if "scheduler started beside the gateway (pid " in line]
+
+
+def _alive(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status")
+    try:
+        return "zombie" not in status.read_text().lower()
+    except FileNotFoundError:
+        return False
+
+
+def test_serve_with_scheduler_restarts_its_child_after_a_kill_9(monkeypatch: pytest.MonkeyPatch, warehouse: Path) -> None:
+    monkeypatch.setenv("JETLAKE_SCHEDULER_START_DELAY", "600")  # the child waits: no JVM during this test
+    gw = Gateway(warehouse, "--scheduler").start()
+    pids: list[int] = []
+    try:
+        deadline = time.monotonic() + 30
+        while not (pids := _scheduler_pids(gw.log)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert pids, gw.log.read_text()
+        os.kill(pids[0], signal.SIGKILL)
+        deadline = time.monotonic() + 60  # the gateway waits 5 s before the restart
+        while len(pids := _scheduler_pids(gw.log)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(pids) == 2 and pids[1] != pids[0], gw.log.read_text()
+        assert "exited with -9; restarting" in gw.log.read_text()
+        assert _alive(pids[1]) and not _alive(pids[0])
+        assert httpx.get(f"{gw.url}/healthz").status_code == 200, "the gateway kept serving"
+        assert httpx.post(f"{gw.url}/v1/streams", json={"name": "S", "subjects": ["s"]}).status_code == 201
+    finally:
+        gw.stop()
+    assert pids and not any(_alive(pid) for pid in pids), "the gateway stops its child with itself"
