@@ -34,6 +34,7 @@ import numpy as np
 import orjson
 
 from engine import errors
+from engine.buckets import Buckets
 from engine.errors import ErrorCode, JetStreamError
 from engine.index import seq_ranges
 from engine.info import rfc3339
@@ -115,15 +116,15 @@ class ErasureRegistry:
                 raise errors.sequence_not_found(seq)
             return self._queue_and_remove(stream, np.array([seq], np.int64), "seq")
 
-    def erase_key(self, stream: Stream, bucket: str, key: str) -> dict[str, Any]:
+    def erase_key(self, kv: Buckets, bucket: str, key: str) -> dict[str, Any]:
         """Every stored revision of a KV key (`$KV.<bucket>.<key>`), deletes and purges included."""
         check_key(key)
-        return self._erase_subjects(stream, [f"$KV.{bucket}.{key}"], None, "key")
+        return self._erase_subjects(kv.stream(bucket), [f"$KV.{bucket}.{key}"], None, "key")
 
-    def erase_object(self, stream: Stream, bucket: str, name: str) -> dict[str, Any]:
+    def erase_object(self, objects: Buckets, bucket: str, name: str) -> dict[str, Any]:
         """Every stored info of an object name and every chunk of every nuid one of them names."""
         check_name(name)
-        return self._erase_subjects(stream, [meta_subject(bucket, name)], bucket, "object")
+        return self._erase_subjects(objects.stream(bucket), [meta_subject(bucket, name)], bucket, "object")
 
     def delete_and_queue(self, stream: Stream, seq: int) -> None:
         """`DELETE .../messages/{seq}` with erasure: JetStream's delete checks, then a queued request."""

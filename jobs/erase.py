@@ -84,10 +84,6 @@ MERGE_THRESHOLD = 64
 _LOG_ENTRY = re.compile(r"^\.?(\d{20})\.")
 
 
-class Waiting(Exception):
-    """The stream's requests cannot be erased yet (not flushed, still in the log, leftovers)."""
-
-
 def run(spark: SparkSession, layout: Layout, lease_times: LeaseTimes | None = None) -> dict[str, Any]:
     """Erases every pending request that can be erased now; returns the figures it logs."""
     started = time.monotonic()
@@ -167,7 +163,8 @@ class StreamErasure:
         figures["tombstones_removed"] = remove_tombstones(
             self.spark, self.layout, [(self.stream_id, a, b) for a, b in ranges], [], True, MERGE_THRESHOLD, self.times)
         steps.reached("erase.tombstones_removed")
-        verified = self._verify(ranges, figures["checkpoint_version"])
+        with leased(self.layout, self.table, self.times):  # no flush is writing a file meanwhile
+            verified = self._verify(ranges, figures["checkpoint_version"])
         if not verified["verified"]:
             raise RuntimeError(f"verification found erased data left: {verified}")
         receipt = self._receipt(figures, verified)

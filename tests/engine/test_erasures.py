@@ -82,7 +82,7 @@ def test_a_kv_key_erases_every_stored_revision(js: JetStream) -> None:
     stream = js.kv.stream("cfg")
     assert not stream.index.is_live(first)
 
-    answer = registry(js.layout).erase_key(stream, "cfg", "person.email")
+    answer = registry(js.layout).erase_key(js.kv, "cfg", "person.email")
 
     assert _seqs(_ranges(js, answer["id"])) == [first, second]
     assert js.kv.get("cfg", "person.name").revision == other
@@ -98,7 +98,7 @@ def test_an_object_erases_every_info_and_the_chunks_of_every_version(js: JetStre
     old_chunks = list(range(old.seq - old.chunks, old.seq))
     new_chunks = list(range(new.seq - new.chunks, new.seq))
 
-    answer = registry(js.layout).erase_object(stream, "media", "scan.pdf")
+    answer = registry(js.layout).erase_object(js.objects, "media", "scan.pdf")
 
     assert _seqs(_ranges(js, answer["id"])) == sorted([*old_chunks, old.seq, *new_chunks, new.seq])
     assert js.objects.info("media", "other.pdf").nuid == kept.nuid

@@ -357,10 +357,10 @@ def test_every_stored_copy_is_erased_not_only_the_live_ones(js: JetStream, spark
         "purged": reg.erase(js.stream("PURGED"), filter_=f"p.{markers['purged']}"),
         "purged_applied": reg.erase(js.stream("PURGED"), filter_=f"p.{markers['purged_applied']}"),
         "no_erase": reg.erase(js.stream("NOERASE"), filter_=f"n.{markers['no_erase']}"),
-        "kv": reg.erase_key(js.kv.stream("people"), "people", f"p.{markers['kv']}"),
+        "kv": reg.erase_key(js.kv, "people", f"p.{markers['kv']}"),
         "WQ": reg.erase(js.stream("WQ"), filter_=f"wq.{markers['WQ']}"),
         "INTEREST": reg.erase(js.stream("INTEREST"), filter_=f"interest.{markers['INTEREST']}"),
-        "object": reg.erase_object(js.objects.stream("docs"), "docs", f"{markers['object']}.pdf"),
+        "object": reg.erase_object(js.objects, "docs", f"{markers['object']}.pdf"),
     }
     assert {k: a["messages"] for k, a in answers.items()} == {
         "purged": 3, "purged_applied": 3,  # applied by retention, and still in the cache of recent messages
