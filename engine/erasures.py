@@ -137,6 +137,22 @@ class ErasureRegistry:
                 raise
             stream.forget_erased(np.array([seq], np.int64))
 
+    def forget_pending(self, streams: Iterable[Stream]) -> int:
+        """After a restart: what the streams rebuilt in memory from their tables and logs (the duplicate
+        window, replayed messages in the buffer) forgets the messages of pending requests again.
+        Returns how many requests applied."""
+        by_id = {s.stream_id: s for s in streams}
+        applied = 0
+        for record in fmt.pending_requests(self.layout):
+            stream = by_id.get(record["stream_id"])
+            if stream is None or not record["ranges"]:
+                continue
+            seqs = np.concatenate([np.arange(a, b + 1, dtype=np.int64) for a, b in record["ranges"]])
+            with stream.lock:
+                stream.forget_erased(seqs)
+            applied += 1
+        return applied
+
     # -- resolution ---------------------------------------------------------------------------
 
     def _erase_subjects(self, stream: Stream, filters: list[str], object_bucket: str | None, by: str) -> dict[str, Any]:

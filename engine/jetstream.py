@@ -130,6 +130,9 @@ class JetStream:
             self.layout.stream_configs.mkdir(parents=True, exist_ok=True)
             for path in sorted(self.layout.stream_configs.glob("*.json")):
                 self._load_stream(path)
+            from engine.erasures import registry  # pending erasures: forgotten again by the rebuilt memory
+
+            registry(self.layout).forget_pending(e.stream for e in self._streams.values() if e.stream.recovered)
             self.consumers.open({name: e.stream for name, e in self._streams.items() if e.stream.recovered})
             self.consumers.notify = self._notify
             self.objects.sweep_orphans()

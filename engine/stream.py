@@ -132,8 +132,7 @@ class Stream:
             assert recovered.index is not None
             self.index = recovered.index
             for msg_id, seq, ts in recovered.msg_ids:
-                if self.index.is_live(seq):  # as nats-server's rebuildDedupe: ids of stored messages only
-                    self._remember_msg_id(msg_id, seq, ts)
+                self._remember_msg_id(msg_id, seq, ts)
             self.last_msg_id = recovered.last_msg_id
             if self.config.first_seq and self.index.last_seq == 0:
                 self.index.skip_to(self.config.first_seq)

@@ -137,11 +137,12 @@ def test_erased_messages_leave_the_memory_and_the_duplicate_window(engine: list[
     js.add_stream({"name": "S", "subjects": ["s.>"]})
     marker = "zq7" + secrets.token_hex(8)
     flushed = _pub(js, f"s.{marker}", f"flushed {marker}".encode(), {"Nats-Msg-Id": [f"id-{marker}"]})
+    _pub(js, f"s.{marker}", f"also flushed {marker}".encode(), {"Nats-Msg-Id": [f"id3-{marker}"]})
     for _ in range(100):
         _pub(js, "s.plain", b"x")
     js.flush()
     assert js.get_message("S", flushed).data.startswith(b"flushed")  # decoded into the row-group cache
-    js.stream("S").load_many(list(range(1, 90)))
+    js.stream("S").load_many(list(range(1, 90)))  # the windowed read path too
     buffered = _pub(js, f"s.{marker}", f"buffered {marker}".encode(), {"Nats-Msg-Id": [f"id2-{marker}"]})
     store = js.stream("S").store
     assert isinstance(store, DeltaStore)
@@ -150,14 +151,15 @@ def test_erased_messages_leave_the_memory_and_the_duplicate_window(engine: list[
     registry(js.layout).erase(js.stream("S"), filter_=f"s.{marker}")
 
     assert marker.encode() not in _held_bytes(store)
-    assert js.get_message("S", 2).data == b"x", "other messages still read"
+    assert js.get_message("S", 3).data == b"x", "other messages still read"
     again = js.publish_one(f"s.{marker}", b"new", {"Nats-Msg-Id": [f"id-{marker}"]})
     assert isinstance(again, PubAck) and not again.duplicate and again.seq > buffered
     js.flush()
 
-    # After a restart, the table still holds the erased row (the job has not run): its id is no duplicate.
+    # After a restart the table still holds the erased rows (the job has not run) and the rebuilt
+    # duplicate window would know their ids again: the pending request makes it forget them.
     engine[0] = js = reopen(js, clock)
-    third = js.publish_one(f"s.{marker}", b"newer", {"Nats-Msg-Id": [f"id2-{marker}"]})
+    third = js.publish_one(f"s.{marker}", b"newer", {"Nats-Msg-Id": [f"id3-{marker}"]})
     assert isinstance(third, PubAck) and not third.duplicate
     assert js.publish_one("s.x", b"y", {"Nats-Msg-Id": [f"id-{marker}"]}).duplicate, "the re-published id is live"
 
