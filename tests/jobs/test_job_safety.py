@@ -201,9 +201,9 @@ def test_retention_keeps_the_messages_of_a_stream_recreated_meanwhile(
         figures = retention.run(spark, js.layout)
     assert calls, "the hook ran"
     made = action.made  # type: ignore[attr-defined]
-    assert figures["streams_changed"] == 1 and figures["rows_deleted"] == 0, figures
     rows = DeltaTable(str(js.layout.stream_table("RE"))).to_pyarrow_table(columns=["seq", "data"])
     assert dict(zip(rows.column("seq").to_pylist(), rows.column("data").to_pylist(), strict=True)) == made
+    assert figures["streams_changed"] == 1 and figures["rows_deleted"] == 0, figures
     for seq, data in made.items():
         assert js.get_message("RE", seq).data == data
 
