@@ -28,7 +28,6 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from engine.store.layout import PARTITION_COLUMN, Layout
-from jobs import steps
 from jobs.tables import (
     LeaseTimes,
     ensure_table_properties,
@@ -37,6 +36,7 @@ from jobs.tables import (
     log,
     open_table,
     prepare_session,
+    reached,
     system_tables,
     vacuum_replaced,
     vacuum_window_hours,
@@ -128,10 +128,10 @@ def _compact_table(
     if small or extra:
         ensure_table_properties(spark, layout, path, extra, times)
     if small:
-        steps.reached("compact.optimize")
+        reached("compact.optimize")
         with leased(layout, path, times):
             row = spark.sql(f"OPTIMIZE delta.`{path}`").collect()[0]
-        steps.reached("compact.optimized")
+        reached("compact.optimized")
         m = row.metrics
         removed, added, partitions = int(m.numFilesRemoved), int(m.numFilesAdded), int(m.partitionsOptimized)
         if removed:

@@ -62,13 +62,13 @@ from engine.store.files import fsync_dir
 from engine.store.layout import Layout
 from engine.store.rows import KIND_ARROW, KIND_PACKED, decode
 from engine.store.wal import SUFFIX as WAL_SUFFIX, read_segment
-from jobs import steps
 from jobs.tables import (
     LeaseTimes,
     coalesce,
     leased,
     open_table,
     prepare_session,
+    reached,
     read_stream,
     remove_tombstones,
     seq_predicate,
@@ -159,10 +159,10 @@ class StreamErasure:
                 return []
             ranges = coalesce([(a, b) for r in ready for a, b in r["ranges"]])
             figures = self._erase_table(ranges)
-        steps.reached("erase.cleaned")
+        reached("erase.cleaned")
         figures["tombstones_removed"] = remove_tombstones(
             self.spark, self.layout, [(self.stream_id, a, b) for a, b in ranges], [], True, MERGE_THRESHOLD, self.times)
-        steps.reached("erase.tombstones_removed")
+        reached("erase.tombstones_removed")
         with leased(self.layout, self.table, self.times):  # no flush is writing a file meanwhile
             verified = self._verify(ranges, figures["checkpoint_version"])
         if not verified["verified"]:
@@ -224,11 +224,11 @@ class StreamErasure:
     def _erase_table(self, ranges: list[tuple[int, int]]) -> dict[str, Any]:
         """Steps 3-5; each one is a no-op when a killed run already did it."""
         figures: dict[str, Any] = {"files_rewritten": 0, "files_written": 0, "rows_deleted": 0}
-        steps.reached("erase.delete")
+        reached("erase.delete")
         self._delete(ranges, figures)
-        steps.reached("erase.deleted")
+        reached("erase.deleted")
         self._zero_retention()
-        steps.reached("erase.retention_zeroed")
+        reached("erase.retention_zeroed")
         time.sleep(0.002)  # the DELETE's tombstones must be strictly older than "now - 0" for the checkpoint
         files_before = _data_files(self.table)
         # Full mode: also files no commit ever named (a flush cut short by a crash leaves such files).
@@ -236,13 +236,13 @@ class StreamErasure:
         gone = set(files_before) - set(_data_files(self.table))
         figures["files_vacuumed"] = sum(1 for p in gone if not p.name.startswith("."))
         figures["bytes_vacuumed"] = sum(files_before[p] for p in gone)
-        steps.reached("erase.vacuumed")
+        reached("erase.vacuumed")
         dt = DeltaTable(str(self.table))
         dt.create_checkpoint()
         figures["checkpoint_version"] = dt.version()
         figures["log_entries_removed"] = _remove_old_log_entries(self.table / "_delta_log", dt.version())
         figures["folders_removed"] = _remove_empty_folders(self.table)
-        steps.reached("erase.log_cleaned")
+        reached("erase.log_cleaned")
         self._restore_retention()
         figures["table_version"] = DeltaTable(str(self.table)).version()
         return figures
@@ -282,7 +282,7 @@ class StreamErasure:
         values = {key: value for key, value in saved.items() if value is not None}
         if any(config.get(key) != value for key, value in values.items()):
             DeltaTable(str(self.table)).alter.set_table_properties(values)
-        steps.reached("erase.retention_restored")
+        reached("erase.retention_restored")
         unset = [key for key, value in saved.items() if value is None] + [SAVED_RETENTION]
         ident = "delta.`" + str(self.table).replace("`", "``") + "`"  # delta-rs cannot unset a property
         self.spark.sql(f"ALTER TABLE {ident} UNSET TBLPROPERTIES IF EXISTS ({', '.join(repr(k) for k in unset)})").collect()

@@ -35,7 +35,6 @@ from delta.tables import DeltaTable as SparkDeltaTable
 from pyspark.sql import SparkSession
 
 from engine.store.layout import Layout
-from jobs import steps
 from jobs.tables import (
     LeaseTimes,
     StreamEntry,
@@ -51,6 +50,7 @@ from jobs.tables import (
     open_table,
     prepare_session,
     ranges_frame,
+    reached,
     read_stream,
     read_tombstones,
     remove_tombstones,
@@ -196,7 +196,7 @@ def _apply(
         if not ranges:
             log.info("retention %s: nothing ready to apply", stream.name)
             return []
-        steps.reached("retention.delete")
+        reached("retention.delete")
         version = table_version(path)
         if len(ranges) <= merge_threshold:
             spark.sql(f"DELETE FROM delta.`{path}` WHERE {seq_predicate(ranges)}").collect()
@@ -212,7 +212,7 @@ def _apply(
             )
             how = "MERGE"
         commit = last_commit(path, version)
-    steps.reached("retention.deleted")
+    reached("retention.deleted")
     rows = metric(commit, "numDeletedRows", "numTargetRowsDeleted")
     removed = metric(commit, "numRemovedFiles", "numTargetFilesRemoved")
     added = metric(commit, "numAddedFiles", "numTargetFilesAdded")

@@ -40,6 +40,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import DataFrame, SparkSession
 
+import engine.store.failpoints as failpoints
 from engine.store.layout import (
     ACK_TABLE_PROPERTIES,
     STREAM_TABLE_PROPERTIES,
@@ -102,6 +103,12 @@ def prepare_session(spark: SparkSession) -> None:
     """Sets what every job relies on on the session it is given (see jobs/spark.py)."""
     for key, value in SESSION_SETTINGS.items():
         spark.conf.set(key, value)
+
+
+def reached(step: str) -> None:
+    """A named step of a job (`retention.delete`, `erase.deleted`, ...), where a kill would cut its work
+    in two: a failpoint of engine/store/failpoints.py, so a test can kill or fail the job exactly there."""
+    failpoints.after(step, failpoints.hit(step))
 
 
 def read_stream(layout: Layout, name: str) -> StreamEntry | None:

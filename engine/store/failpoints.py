@@ -30,6 +30,10 @@ Names (a step that does not support an action treats it as its nearest kind, e.g
                                                    the fsync of the committed files (`--sync always`)
     tombstones.commit, tombstones.checkpoint, tombstones.sync
     acks.commit, acks.checkpoint, acks.sync, acks.fold   the ack table; `fold` deletes rows folded by snapshots
+    retention.delete, retention.deleted            the maintenance jobs' steps (jobs/tables.py `reached`):
+    compact.optimize, compact.optimized            before and after a rewrite; the erase job's also between
+    erase.delete, erase.deleted, erase.retention_zeroed, erase.vacuumed, erase.log_cleaned,
+    erase.retention_restored, erase.cleaned, erase.tombstones_removed      its property changes and cleanups
 """
 
 from __future__ import annotations

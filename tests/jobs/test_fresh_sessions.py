@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
+import engine.store.failpoints as failpoints
 from engine.info import parse_rfc3339
 from engine.store.layout import Layout
 from jobs.tables import read_stream
@@ -30,7 +31,7 @@ STREAM = "TIMES"
 
 def run_job(warehouse: Path, job: str) -> dict:
     """`jetlake jobs run <job>` as a process of its own: a fresh Spark session; its JSON line."""
-    env = {k: v for k, v in os.environ.items() if k != "JETLAKE_JOBS_PAUSE_AT"}
+    env = {k: v for k, v in os.environ.items() if k != failpoints.ENV}
     result = subprocess.run(
         [str(JETLAKE), "jobs", "run", job, "--warehouse", str(warehouse), "--vacuum-window", "0"],
         capture_output=True, text=True, timeout=600, env=env,

@@ -6,12 +6,10 @@ stop the others; a stream with a long (hashed) config file name is found."""
 from __future__ import annotations
 
 import os
-import queue
 import secrets
 import signal
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,7 +26,7 @@ import jobs.tables
 from engine import JetStream
 from engine.erasures import registry
 from jobs import compact, erase, retention
-from jobs.steps import PAUSE_ENV
+import engine.store.failpoints as failpoints
 from jobs.tables import read_tombstones
 from tests.gateway import JETLAKE
 from tests.jobs.test_both_writers import table_rows
@@ -42,37 +40,27 @@ CUSTOM = {"delta.deletedFileRetentionDuration": "interval 10 days", "delta.logRe
 # -- killing a job at a named step ----------------------------------------------------------------
 
 
-def kill_job_at(warehouse: Path, job: str, step: str, timeout: float = 300.0) -> None:
-    """Runs `jetlake jobs run <job>` (a fresh Spark session) in its own process group until it pauses
-    at `step`, then kills the group (the job and its JVM) with SIGKILL."""
-    proc = subprocess.Popen(
-        [str(JETLAKE), "jobs", "run", job, "--warehouse", str(warehouse)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, PAUSE_ENV: step}, start_new_session=True,
-    )
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def read() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            lines.put(line)
-        lines.put(None)
-
-    threading.Thread(target=read, daemon=True).start()
-    seen: list[str] = []
-    deadline = time.monotonic() + timeout
+def kill_job_at(warehouse: Path, job: str, step: str, timeout: float = 600.0) -> None:
+    """Runs `jetlake jobs run <job>` (a fresh Spark session) with the failpoint of `step` set to kill
+    it there (SIGKILL, engine/store/failpoints.py); then its process group (its JVM) is killed too."""
+    log = warehouse.parent / f"{job}-{step}.log"
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(
+            [str(JETLAKE), "jobs", "run", job, "--warehouse", str(warehouse)],
+            stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, failpoints.ENV: f"{step}=kill"},
+            start_new_session=True,
+        )
     try:
-        while True:
-            line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
-            if line is None:
-                raise AssertionError(f"{job} ended before step {step}: {''.join(seen[-30:])}")
-            seen.append(line)
-            if f"paused at {step}" in line:
-                break
+        proc.wait(timeout=timeout)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the JVM left behind, if it has not exited yet
+        except ProcessLookupError:
+            pass
         proc.wait(timeout=60)
-    assert proc.returncode == -signal.SIGKILL
+    text = log.read_text(errors="replace")
+    assert proc.returncode == -signal.SIGKILL, f"{job} was not killed at {step}: {text[-3000:]}"
+    assert f"failpoint {step} fires: kill" in text, text[-3000:]
 
 
 def _properties(path: Path) -> dict[str, str]:
