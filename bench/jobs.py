@@ -426,16 +426,19 @@ class Bench:
         warehouse = self.workdir / "warehouse_load"
         warehouse.mkdir()
         jetlake = Path(sys.prefix) / "bin" / "jetlake"
-        proc, port, _ = start_gateway(jetlake, warehouse, self.workdir / "gateway-load.log", ["--flush-interval", "0.2"])
+        proc, port, _ = start_gateway(jetlake, warehouse, self.workdir / "gateway-load.log",
+                                      ["--flush-interval", "0.2"])
         try:
             ok = http_call(port, "POST", "/v1/streams", {"name": "LOAD", "subjects": ["load.*"]})[0] == 201
-            ok &= http_call(port, "POST", "/v1/streams/LOAD/consumers", {"durable_name": "C", "ack_policy": "explicit"})[0] == 201
+            consumer = {"durable_name": "C", "ack_policy": "explicit"}
+            ok &= http_call(port, "POST", "/v1/streams/LOAD/consumers", consumer)[0] == 201
             if not ok:
                 raise RuntimeError("could not create the LOAD stream and consumer")
             spark = self.get_spark()
             for job in ("retention", "compact"):
                 for b in range(LOAD_PRELOAD_ROUNDS):
-                    msgs = [{"subject": f"load.{'abcd'[i % 4]}", "text": f"pre-{job}-{b}-{i}"} for i in range(LOAD_PRELOAD_BATCH)]
+                    msgs = [{"subject": f"load.{'abcd'[i % 4]}", "text": f"pre-{job}-{b}-{i}"}
+                            for i in range(LOAD_PRELOAD_BATCH)]
                     http_call(port, "POST", "/v1/publish", {"messages": msgs})
                     http_call(port, "POST", "/v1/flush")
                 http_call(port, "POST", "/v1/streams/LOAD/purge", {"filter": "load.d"})
@@ -448,7 +451,8 @@ class Bench:
                     figures = run(spark, Layout(warehouse), lease_times=times)
                     job_s = time.monotonic() - t0
                 lat = sorted(int((end - start) * 1e9) for start, end in load.publishes)
-                during = sum(1 for start, end in load.publishes if any(w0 <= start and end <= w1 for w0, w1 in times.windows))
+                during = sum(1 for start, end in load.publishes
+                             if any(w0 <= start and end <= w1 for w0, w1 in times.windows))
                 out[job] = {
                     "job_s": r3(job_s), "publishes": len(lat), "errors": load.errors[:3], "max_ms": pct_ms(lat, 1.0),
                     "p99_ms": pct_ms(lat, 0.99), "p50_ms": pct_ms(lat, 0.5), "publishes_during_lease": during,
@@ -621,7 +625,8 @@ class _PublishLoad:
 
     def _ack(self) -> None:
         while not self.stop.is_set():
-            status, body = http_call(self.port, "POST", "/v1/streams/LOAD/consumers/C/next", {"batch": 20, "no_wait": True})
+            status, body = http_call(self.port, "POST", "/v1/streams/LOAD/consumers/C/next",
+                                     {"batch": 20, "no_wait": True})
             messages = body.get("messages", []) if status == 200 and isinstance(body, dict) else []
             if messages:
                 http_call(self.port, "POST", "/v1/streams/LOAD/consumers/C/ack",

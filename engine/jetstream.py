@@ -235,7 +235,8 @@ class JetStream:
                 try:
                     stream.store.create()
                 except TimeoutError:
-                    raise errors.UnavailableError(f"a maintenance job holds the table of {config.name}; try again") from None
+                    raise errors.UnavailableError(
+                        f"a maintenance job holds the table of {config.name}; try again") from None
                 self._write_config(stream)
             stream.start_at_first_seq()
             self._streams[config.name] = _Entry(stream)

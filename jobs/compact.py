@@ -100,7 +100,8 @@ def run(
         "%d log entries removed, %d files (%d bytes) vacuumed, %d errors, lease held %.2fs (longest %.2fs), %.2fs",
         figures["tables_compacted"], figures["tables"], figures["files_before"], figures["files_after"],
         figures["files_removed"], figures["files_added"], figures["checkpoints"], figures["log_entries_removed"],
-        figures["files_vacuumed"], figures["bytes_vacuumed"], figures["errors"], times.held, times.max_held, figures["seconds"],
+        figures["files_vacuumed"], figures["bytes_vacuumed"], figures["errors"], times.held, times.max_held,
+        figures["seconds"],
     )
     return figures
 

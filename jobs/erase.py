@@ -178,7 +178,8 @@ class StreamErasure:
             "vacuumed, %d log entries and %d folders removed, %d tombstones removed, checkpoint at version %s; "
             "verified: %d data files checked, %d read, %d rows found",
             self.stream, len(ready), len(ranges), time.monotonic() - self.started, figures["files_rewritten"],
-            figures["rows_deleted"], figures["files_vacuumed"], figures["bytes_vacuumed"], figures["log_entries_removed"],
+            figures["rows_deleted"], figures["files_vacuumed"], figures["bytes_vacuumed"],
+            figures["log_entries_removed"],
             figures["folders_removed"], figures["tombstones_removed"], figures["checkpoint_version"],
             verified["files_checked"], verified["files_read"], verified["rows_found"],
         )
@@ -192,7 +193,8 @@ class StreamErasure:
         if not replaced:
             leftover_table = _table_holds(self.table, self.stream_id)
             segments = _log_ranges(self.wal_dir)
-            leftover_log = segments is None or any(_overlaps(r["ranges"], lo, hi) for r in records for lo, hi in segments)
+            leftover_log = segments is None or any(
+                _overlaps(r["ranges"], lo, hi) for r in records for lo, hi in segments)
             if leftover_table or leftover_log:
                 log.warning("erase %s: the deleted stream's %s is still there; %d requests wait",
                             self.stream, "table" if leftover_table else "log", len(records))
@@ -205,13 +207,15 @@ class StreamErasure:
         return records
 
     def _ready(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        flushed = (DeltaTable(str(self.table)).transaction_version(self.stream_id) or 0) if open_table(self.table) else 0
+        dt = open_table(self.table)
+        flushed = (dt.transaction_version(self.stream_id) or 0) if dt is not None else 0
         segments = _log_ranges(self.wal_dir)
         ready = []
         for record in records:
             highest = max((last for _, last in record["ranges"]), default=0)
             if highest > flushed:
-                log.info("erase %s: request %s waits for a flush (seq %d > flushed %d)", self.stream, record["id"], highest, flushed)
+                log.info("erase %s: request %s waits for a flush (seq %d > flushed %d)",
+                         self.stream, record["id"], highest, flushed)
             elif segments is None or any(_overlaps(record["ranges"], lo, hi) for lo, hi in segments):
                 log.info("erase %s: request %s waits for the gateway to drop log segments holding its messages",
                          self.stream, record["id"])
@@ -232,7 +236,8 @@ class StreamErasure:
         time.sleep(0.002)  # the DELETE's tombstones must be strictly older than "now - 0" for the checkpoint
         files_before = _data_files(self.table)
         # Full mode: also files no commit ever named (a flush cut short by a crash leaves such files).
-        DeltaTable(str(self.table)).vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False, full=True)
+        DeltaTable(str(self.table)).vacuum(
+            retention_hours=0, dry_run=False, enforce_retention_duration=False, full=True)
         gone = set(files_before) - set(_data_files(self.table))
         figures["files_vacuumed"] = sum(1 for p in gone if not p.name.startswith("."))
         figures["bytes_vacuumed"] = sum(files_before[p] for p in gone)
@@ -285,7 +290,8 @@ class StreamErasure:
         reached("erase.retention_restored")
         unset = [key for key, value in saved.items() if value is None] + [SAVED_RETENTION]
         ident = "delta.`" + str(self.table).replace("`", "``") + "`"  # delta-rs cannot unset a property
-        self.spark.sql(f"ALTER TABLE {ident} UNSET TBLPROPERTIES IF EXISTS ({', '.join(repr(k) for k in unset)})").collect()
+        keys = ", ".join(repr(k) for k in unset)
+        self.spark.sql(f"ALTER TABLE {ident} UNSET TBLPROPERTIES IF EXISTS ({keys})").collect()
 
     # -- after the rewrite ----------------------------------------------------------------------
 
@@ -313,7 +319,8 @@ class StreamErasure:
             files_read += 1
             rows_found += int(_in_ranges(seqs, los, his).sum())
         delta_log = self.table / "_delta_log"
-        older = [p.name for p in delta_log.iterdir() if (m := _LOG_ENTRY.match(p.name)) and int(m.group(1)) < checkpoint]
+        older = [p.name for p in delta_log.iterdir()
+                 if (m := _LOG_ENTRY.match(p.name)) and int(m.group(1)) < checkpoint]
         written = (delta_log / f"{checkpoint:020d}.checkpoint.parquet").is_file() or any(
             delta_log.glob(f"{checkpoint:020d}.checkpoint.*.parquet"))
         segments = _log_ranges(self.wal_dir)

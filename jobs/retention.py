@@ -136,7 +136,8 @@ def run(
     log.info(
         "retention done: %d ranges applied on %d of %d streams, %d rows deleted, %d files rewritten, "
         "%d tombstones removed (%d of deleted streams), %d ranges wait for a flush, %d erase ranges left, "
-        "%d streams changed meanwhile, %d files (%d bytes) vacuumed, %d errors, lease held %.2fs (longest %.2fs), %.2fs",
+        "%d streams changed meanwhile, %d files (%d bytes) vacuumed, %d errors, "
+        "lease held %.2fs (longest %.2fs), %.2fs",
         figures["tombstone_ranges_applied"], figures["streams_rewritten"], figures["streams"],
         figures["rows_deleted"], figures["files_rewritten"], figures["tombstones_removed"],
         figures["orphan_tombstones_removed"], figures["ranges_waiting_for_flush"], figures["erase_ranges_left"],

@@ -64,7 +64,9 @@ JOB_TABLE_PROPERTIES = {"delta.enableDeletionVectors": "false"}
 DEFAULT_VACUUM_WINDOW_HOURS = 1
 VACUUM_WINDOW_ENV = "JETLAKE_VACUUM_WINDOW_HOURS"
 _INTERVAL = re.compile(r"^\s*interval\s+(\d+)\s+(\w+?)s?\s*$", re.IGNORECASE)
-_UNIT_SECONDS = {"microsecond": 1e-6, "millisecond": 1e-3, "second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
+_UNIT_SECONDS = {
+    "microsecond": 1e-6, "millisecond": 1e-3, "second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800,
+}
 
 _HEX_ID = re.compile(r"^[0-9a-fA-F]{1,64}$")
 
@@ -323,7 +325,8 @@ def remove_tombstones(
                 "t.stream_id = r.stream_id AND t.first_seq >= r.first_seq AND t.last_seq <= r.last_seq"
                 + ("" if include_erase else " AND (r.whole_stream = 1 OR NOT t.erase)")
             )
-            SparkDeltaTable.forPath(spark, str(path)).alias("t").merge(source.alias("r"), condition).whenMatchedDelete().execute()
+            target = SparkDeltaTable.forPath(spark, str(path)).alias("t")
+            target.merge(source.alias("r"), condition).whenMatchedDelete().execute()
         return metric(last_commit(path, version), "numDeletedRows", "numTargetRowsDeleted")
 
 

@@ -592,7 +592,8 @@ class DeltaStore:
                 shutil.rmtree(self.table_path, ignore_errors=True)
                 shutil.rmtree(self.wal.directory, ignore_errors=True)
         except TimeoutError:
-            log.error("stream %s deleted, but a job holds its table's lease: its table and log stay until a namesake is created", self.stream)
+            log.error("stream %s deleted, but a job holds its table's lease: its table and log stay until a "
+                      "namesake is created", self.stream)
 
     def forget(self, seqs: np.ndarray) -> None:
         """Erased messages leave the memory at once: blanked in the buffer (which is also the cache of

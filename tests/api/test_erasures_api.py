@@ -78,7 +78,9 @@ def test_an_object_is_erased_with_its_chunks(c: httpx.Client) -> None:
         ({"stream": "KV_people", "filter": "$KV.people.>", "nope": 1}, 400, BAD_REQUEST),
     ],
 )
-def test_bad_erasure_requests_change_nothing(gw: Gateway, c: httpx.Client, body: dict, status: int, err_code: int) -> None:
+def test_bad_erasure_requests_change_nothing(
+    gw: Gateway, c: httpx.Client, body: dict, status: int, err_code: int
+) -> None:
     if c.get("/v1/kv/people").status_code == 404:
         assert c.post("/v1/kv", json={"bucket": "people", "history": 3}).status_code == 201
     before = _requests(gw)

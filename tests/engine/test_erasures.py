@@ -190,5 +190,6 @@ def test_a_memory_stream_forgets_erased_messages(js: JetStream) -> None:
     answer = registry(js.layout).erase(js.stream("M"), filter_=f"m.{marker}")
     assert answer["messages"] == 1
     buffer = js.stream("M").store.buffer  # type: ignore[attr-defined]
-    held = b"".join(rows.message(i).data + rows.subjects[i].encode() for rows in buffer._batches for i in range(len(rows)))
+    held = b"".join(
+        rows.message(i).data + rows.subjects[i].encode() for rows in buffer._batches for i in range(len(rows)))
     assert marker.encode() not in held and b"x" in held

@@ -263,7 +263,9 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_serve_with_scheduler_restarts_its_child_after_a_kill_9(monkeypatch: pytest.MonkeyPatch, warehouse: Path) -> None:
+def test_serve_with_scheduler_restarts_its_child_after_a_kill_9(
+    monkeypatch: pytest.MonkeyPatch, warehouse: Path
+) -> None:
     monkeypatch.setenv("JETLAKE_SCHEDULER_START_DELAY", "600")  # the child waits: no JVM during this test
     gw = Gateway(warehouse, "--scheduler").start()
     pids: list[int] = []

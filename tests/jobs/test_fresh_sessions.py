@@ -61,7 +61,8 @@ def api_times(c: httpx.Client, seqs: list[int]) -> dict[int, int]:
 def pulled_times(c: httpx.Client, consumer: str) -> dict[int, int]:
     """Every live message through a new consumer: the windowed read path."""
     assert c.post(f"/v1/streams/{STREAM}/consumers", json={"name": consumer, "ack_policy": "none"}).status_code == 201
-    got = c.post(f"/v1/streams/{STREAM}/consumers/{consumer}/next", json={"batch": 500, "no_wait": True}).json()["messages"]
+    resp = c.post(f"/v1/streams/{STREAM}/consumers/{consumer}/next", json={"batch": 500, "no_wait": True})
+    got = resp.json()["messages"]
     return {m["seq"]: parse_rfc3339(m["time"]) // 1000 for m in got}
 
 

@@ -82,7 +82,7 @@ def test_a_killed_erase_run_is_finished_by_a_rerun_with_the_custom_properties_re
     answer = registry(js.layout).erase(js.stream("K"), filter_=f"k.{marker}")
     js.flush()
 
-    for step in ("erase.deleted", "erase.retention_zeroed", "erase.retention_restored", "erase.tombstones_removed"):
+    for step in ("erase.retention_zeroed", "erase.retention_restored", "erase.tombstones_removed"):
         kill_job_at(js.layout.warehouse, "erase", step)
         assert registry(js.layout).get(answer["id"])["status"] == "pending", step
         if step == "erase.retention_zeroed":  # the moment defect 14 lost the custom values
@@ -142,7 +142,9 @@ def test_killed_retention_and_compaction_runs_are_finished_by_a_rerun(js: JetStr
 
 
 @contextmanager
-def recreated_when_leased(monkeypatch: pytest.MonkeyPatch, lease: Path, action: Callable[[], None]) -> Iterator[list[int]]:
+def recreated_when_leased(
+    monkeypatch: pytest.MonkeyPatch, lease: Path, action: Callable[[], None]
+) -> Iterator[list[int]]:
     """Runs `action` (delete and re-create the stream) the first time a job asks for a table's
     `lease`, before it gets it: after the job has read what it will act on."""
     calls: list[int] = []
@@ -250,7 +252,9 @@ def test_stream_delete_and_create_wait_for_a_jobs_lease(js: JetStream, monkeypat
 # -- per-stream isolation and the layout's names --------------------------------------------------
 
 
-def test_one_failing_stream_does_not_stop_the_others_and_long_names_are_found(js: JetStream, spark: SparkSession) -> None:
+def test_one_failing_stream_does_not_stop_the_others_and_long_names_are_found(
+    js: JetStream, spark: SparkSession
+) -> None:
     long_name = "L" * 230  # its config file name is hashed by the layout
     names = ["A_BROKEN", "B_FINE", long_name]
     ids = {}

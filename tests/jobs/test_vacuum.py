@@ -24,7 +24,8 @@ pytestmark = pytest.mark.spark
 
 
 def _data_files(table: Path) -> dict[Path, int]:
-    return {p: p.stat().st_size for p in table.rglob("*.parquet") if "_delta_log" not in p.parts and not p.name.startswith(".")}
+    return {p: p.stat().st_size for p in table.rglob("*.parquet")
+            if "_delta_log" not in p.parts and not p.name.startswith(".")}
 
 
 def _named(table: Path) -> set[Path]:
@@ -65,7 +66,8 @@ def test_retention_and_compaction_free_what_they_replaced_after_the_window(js: J
 
     before = len(_named(path))
     compacted = compact.run(spark, js.layout, vacuum_window=0)
-    assert compacted["files_removed"] > compacted["files_added"] > 0 and compacted["files_vacuumed"] >= compacted["files_removed"]
+    assert compacted["files_removed"] > compacted["files_added"] > 0
+    assert compacted["files_vacuumed"] >= compacted["files_removed"]
     assert set(_data_files(path)) == _named(path) and len(_named(path)) < before
     for seq, data in live.items():
         assert js.get_message("V", seq).data == data
