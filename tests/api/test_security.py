@@ -172,6 +172,19 @@ def test_the_operator_erases_in_any_account(c: httpx.Client, names: dict[str, st
     assert status["stream"] == "BONLY" and status["messages"] == 1
 
 
+def test_a_bucket_erasure_needs_the_right_to_purge_the_buckets_stream(
+    c: httpx.Client, names: dict[str, str]
+) -> None:
+    assert c.put("/v1/objects/media/data/erase-me", content=b"personal", headers=A).status_code in (200, 201)
+    body = {"bucket": "media", "object": "erase-me"}
+    with nothing_changes(c, A):  # allowed to erase a message of ORDERS, not to purge OBJ_media
+        error = assert_api_error(c.post("/v1/erasures", json=body, headers=basic("erasures.create-exact", "p")), 403)
+    assert error["description"] == 'Permissions Violation for Publish to "$JS.API.STREAM.PURGE.OBJ_media"'
+    answer = c.post("/v1/erasures", json=body, headers=basic("objects.delete-exact", "p"))  # may purge OBJ_media
+    assert answer.status_code == 202 and answer.json()["messages"] == 2, answer.text
+    assert_api_error(c.get("/v1/objects/media/info/erase-me", headers=A), 404)
+
+
 def test_an_account_without_jetstream_gets_10039(c: httpx.Client) -> None:
     user = basic("c_user", "c-pw")
     for path in ("/v1/streams", "/v1/info", "/v1/kv"):
@@ -290,6 +303,8 @@ PROBES: list[tuple[str, str, object]] = [
     ("DELETE", "/v1/objects/{obj}", None),
     ("GET", "/v1/erasures/{erasure}", None),
     ("POST", "/v1/erasures", {"stream": "{stream}", "seq": 1}),
+    ("POST", "/v1/erasures", {"bucket": "{bucket}", "key": "k"}),
+    ("POST", "/v1/erasures", {"bucket": "{obj}", "object": "o"}),
     ("POST", "/v1/publish/{lower}.x", None),
     ("POST", "/v1/publish", {"messages": [{"subject": "{lower}.x", "text": "x"}]}),
     ("GET", "/v1/streams?subject={lower}.>", None),
