@@ -125,9 +125,10 @@ def _held_bytes(store: DeltaStore) -> bytes:
     parts: list[bytes] = []
     for rows in store.buffer._batches:
         parts += [rows.message(i).data + rows.subjects[i].encode() for i in range(len(rows))]
-    for window, _ in store._row_groups._groups.values():
+    reads = store.reads
+    for window, _ in reads._row_groups._groups.values():
         parts += [d or b"" for d in window.data] + [s.encode() for s in window.subjects]
-    for _, _, window in store._windows:
+    for _, _, window in reads._windows:
         parts += [d or b"" for d in window.data]
     return b"|".join(parts)
 
