@@ -11,7 +11,12 @@ an empty request takes the `no_auth_user`, a user name is looked up and its pass
 token finds the user carrying it (JetLake's extension for HTTP clients) or matches the single
 `authorization { token }`. Stored secrets of the form `$2a$…` are bcrypt hashes (checked with
 bcrypt); others are compared in constant time. A user with a token but no password cannot log in by
-name alone. Results are cached per credentials (bcrypt costs a fifth of a second), per config: a
+name alone. Nkey users (`users: [{nkey: U…}]`) and, in operator mode, users with a JWT prove who
+they are by signing the nonce the NATS door sent in INFO (`sig`, ed25519 over the nonce's bytes);
+a user JWT must be issued by a preloaded account (or one of its signing keys, a scoped key giving
+its template's permissions), not be revoked, and its `src` must admit the client's address; a
+bearer JWT needs no signature unless the account disallows bearers. Failures are logged with
+nats-server's reasons and answered as `Authorization Violation`. Results are cached per credentials (bcrypt costs a fifth of a second), per config: a
 reload (`reload`) swaps the whole state, so a removed user is refused from the next request.
 Counterpart: server/auth.go.
 """
@@ -20,14 +25,20 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
+import logging
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import bcrypt
 
+from engine.accounts import jwt, nkeys
 from engine.accounts.config import GLOBAL_ACCOUNT, ServerConfig, User, is_bcrypt
 from engine.accounts.permissions import Permissions
+
+log = logging.getLogger(__name__)
 
 AUTH_VIOLATION = "Authorization Violation"
 BCRYPT_MAX = 72  # bytes of a password bcrypt reads (Go's bcrypt ignores the rest too)
@@ -174,6 +185,7 @@ class _State:
     config: ServerConfig
     principals: dict[str, Principal]
     users: dict[str, User]
+    nkey_users: dict[str, User]
     plain_tokens: dict[bytes, str]  # sha256(token) -> user name
     bcrypt_token_users: list[User]
     user_dns: list[tuple[frozenset[frozenset[tuple[str, str]]], list[frozenset[tuple[str, str]]], str]]
@@ -201,8 +213,8 @@ class Authenticator:
 
     @property
     def nonce_required(self) -> bool:
-        """Whether the NATS door must send a nonce in INFO: nkey and JWT users sign it (not yet supported)."""
-        return False
+        """Whether the NATS door must send a nonce in INFO: nkey and JWT users sign it."""
+        return bool(self._state.nkey_users) or self._state.config.operator_mode
 
     @property
     def tls_map(self) -> bool:
@@ -231,6 +243,7 @@ class Authenticator:
             config=config,
             principals=principals,
             users={u.name: u for u in config.users},
+            nkey_users={u.nkey: u for u in config.users if u.nkey is not None},
             plain_tokens=plain_tokens,
             bcrypt_token_users=[u for u in config.users if u.token is not None and is_bcrypt(u.token)],
             user_dns=user_dns,
@@ -247,16 +260,31 @@ class Authenticator:
         tls_subject: str | None = None,
         tls_identity: CertIdentity | None = None,
         connection_type: str = "STANDARD",
+        nkey: str | None = None,
+        jwt: str | None = None,
+        signature: str | None = None,
+        nonce: str | None = None,
+        client_ip: str | None = None,
     ) -> Principal:
         """The principal for these credentials; `AuthError` if they are missing or wrong.
 
         `tls_identity` (or `tls_subject`, a DN string) is the verified client certificate's; it names
         the user when the config maps certificates to users (`verify_and_map`). `connection_type` is
-        matched against a user's `allowed_connection_types` (the HTTP door passes "HTTP").
+        matched against a user's `allowed_connection_types` (the HTTP door passes "HTTP"). `nkey` or
+        `jwt` with `signature` are checked against the `nonce` the client was sent (the NATS door's).
         """
         state = self._state
         if not state.required:
             return state.anonymous
+        if state.config.operator_mode or (nkey is not None and state.nkey_users):
+            # auth.go: in operator mode only a user JWT logs in; else a CONNECT with an nkey is an nkey user
+            try:
+                if state.config.operator_mode:
+                    return self._jwt_user(state, jwt, signature, nonce, connection_type, client_ip)
+                return self._nkey_user(state, nkey or "", signature, nonce, connection_type)
+            except AuthError as exc:
+                log.info("authentication refused: %s", exc)
+                raise AuthError() from None
         if tls_identity is None and tls_subject is not None:
             tls_identity = CertIdentity.from_subject(tls_subject)
         # Keyed by the credentials themselves: str hashes are keyed per process (SipHash), so a lookup
@@ -310,6 +338,63 @@ class Authenticator:
         return None
 
     @staticmethod
+    def _nkey_user(state: _State, nkey: str, signature: str | None, nonce: str | None, connection_type: str) -> Principal:
+        entry = state.nkey_users.get(nkey)
+        if entry is None or not entry.allows(connection_type):
+            raise AuthError(f"nkey {nkey[:8]}…: no such user")
+        _check_signature(nkey, signature, nonce)
+        return state.principals[entry.name]
+
+    def _jwt_user(
+        self, state: _State, token: str | None, signature: str | None, nonce: str | None, connection_type: str,
+        client_ip: str | None,
+    ) -> Principal:
+        """auth.go's user JWT path, in its order: claims, account, issuer, expiry, bearer, type, signature, revocation, src."""
+        if not token:
+            raise AuthError("operator mode: a user JWT is required")
+        try:
+            claims = jwt.user(token)
+        except jwt.JwtError as exc:
+            raise AuthError(f"user JWT not valid: {exc}") from None
+        account_key = str(claims.nats.get("issuer_account") or claims.issuer)
+        account = state.config.jwt_accounts.get(account_key)
+        if account is None:
+            raise AuthError(f"account {account_key} not found (not preloaded)")
+        if claims.issuer != account.key and claims.issuer not in account.signing_keys:
+            raise AuthError("user JWT issuer is not known")
+        if claims.nats.get("issuer_account") and claims.issuer == account.key:
+            raise AuthError("user JWT names an issuer account but is signed by the account itself")
+        if account.expires and account.expires < time.time():
+            raise AuthError(f"account {account.key} has expired")
+        bearer = bool(claims.nats.get("bearer_token"))
+        if bearer and account.disallow_bearer:
+            raise AuthError("user JWT is a bearer token but the account disallows bearer tokens")
+        types = {str(t).upper() for t in claims.nats.get("allowed_connection_types") or ()}
+        if types and connection_type not in types:
+            raise AuthError(f"connection type {connection_type} not allowed")
+        if not bearer:
+            _check_signature(claims.subject, signature, nonce)
+        if account.revoked(claims.subject, claims.issued_at):
+            raise AuthError("user authentication revoked")
+        if not _source_allowed(claims.nats.get("src"), client_ip):
+            raise AuthError("bad src IP")
+        scope = account.signing_keys.get(claims.issuer)
+        if scope is not None:
+            if not jwt.has_empty_permissions(claims.nats):
+                raise AuthError("scoped users require no permissions or limits set")
+            permissions = scope.permissions
+        else:
+            try:
+                jwt.check_user_limits(claims.nats)
+            except jwt.JwtError as exc:
+                raise AuthError(str(exc)) from None
+            permissions = jwt.permissions(claims.nats)
+            if permissions is None:
+                permissions = account.default_permissions
+        system = account.key == state.config.system_account
+        return Principal(account.key, claims.subject, permissions, system=system)
+
+    @staticmethod
     def _secret_ok(entry: User, password: str | None, token: str | None) -> bool:
         if token is not None and entry.token is not None:
             return secret_matches(entry.token, token)
@@ -342,3 +427,31 @@ class Authenticator:
             if name and name in state.users:
                 return state.users[name]
         return None
+
+
+def _check_signature(public_key: str, signature: str | None, nonce: str | None) -> None:
+    """auth.go: the client signed the nonce of this connection's INFO with the key's seed."""
+    if not signature:
+        raise AuthError("signature missing")
+    if not nonce:
+        raise AuthError("no nonce was sent to sign")
+    try:
+        raw = nkeys.decode_signature(signature)
+    except ValueError:
+        raise AuthError("signature not valid base64") from None
+    if not nkeys.verify(public_key, nonce.encode(), raw):
+        raise AuthError("signature not verified")
+
+
+def _source_allowed(src: object, client_ip: str | None) -> bool:
+    """A user JWT's `src`: CIDR blocks (a list, or one comma-separated string) the client must come from."""
+    if not src:
+        return True
+    blocks = src if isinstance(src, list) else str(src).split(",")
+    if client_ip is None:
+        return False
+    try:
+        address = ipaddress.ip_address(client_ip)
+        return any(address in ipaddress.ip_network(str(b).strip(), strict=False) for b in blocks if str(b).strip())
+    except ValueError:
+        return False

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from engine import EngineOptions
-from engine.accounts.config import GLOBAL_ACCOUNT, ConfigError, ServerConfig
+from engine.accounts.config import ConfigError, ServerConfig
 from engine.accounts.config import load as load_config
 from engine.accounts.registry import Accounts
 from engine.jetstream import DEFAULT_FLUSH_BYTES, DEFAULT_FLUSH_INTERVAL
@@ -117,10 +117,7 @@ def _serve(args: argparse.Namespace) -> int:
         "required" if authenticator.required else "off", sync, args.flush_interval,
     )
     doors = []
-    served = accounts.get(GLOBAL_ACCOUNT)
-    if args.nats_port and (served is None or served.engine is None):
-        log.warning("NATS door off: it serves the global account, which has no JetStream in this config")
-    elif args.nats_port:
+    if args.nats_port:
         from api.nats.server import NatsServer
 
         doors.append(NatsServer(accounts, args.nats_host or args.host, args.nats_port, auth=authenticator,

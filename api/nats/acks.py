@@ -30,7 +30,7 @@ class Acks:
     def __init__(self, api: JetStreamApi) -> None:
         self.api = api
         self.server = api.server
-        self.engine = api.server.engine
+        self.engine = api.engine
 
     def handle(self, conn: Connection, subject: str, reply: bytes | None, payload: bytes) -> bool:
         """`$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>` (or the v2 form)."""
@@ -65,7 +65,9 @@ class Acks:
         if target.ack_none:
             return True
         ack = Ack(stream, consumer, int(seq), kind, delay, None if next_request is not None else reply, reason, int(delivered))
-        self.server.writes.ack(conn, ack)
+        writes = self.server.writes
+        assert writes is not None  # acks exist only in an account with JetStream
+        writes.ack(conn, ack)
         if next_request is not None and reply:
             self.api.pulls.request(stream, consumer, reply, next_request)
         return True

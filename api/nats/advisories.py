@@ -16,14 +16,14 @@ import orjson
 from engine.info import rfc3339
 
 if TYPE_CHECKING:
-    from api.nats.server import NatsServer
+    from api.nats.account import AccountSpace
 
 PREFIX = "$JS.EVENT.ADVISORY."
 TYPE = "io.nats.jetstream.advisory.v1."
 
 
 class Advisories:
-    def __init__(self, server: NatsServer) -> None:
+    def __init__(self, server: AccountSpace) -> None:
         self.server = server
 
     def _send(self, subject: str, kind: str, fields: dict[str, Any]) -> None:

@@ -23,6 +23,7 @@ from api.nats.subscriptions import Subscription
 from engine.subjects import is_valid_publish_subject, is_valid_subject
 
 if TYPE_CHECKING:
+    from api.nats.account import AccountSpace
     from api.nats.server import NatsServer
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,7 @@ PING_INTERVAL = 120.0
 MAX_PINGS_OUT = 2
 AUTH_TIMEOUT = 2.0
 WRITE_DEADLINE = 10.0
+_CREDENTIALS = ("user", "pass", "auth_token", "nkey", "jwt", "sig")
 _DEFAULTS = {"verbose": True, "pedantic": True, "echo": True, "headers": False, "no_responders": False}
 
 
@@ -45,6 +47,7 @@ class Connection(asyncio.Protocol):
         self.subs: dict[bytes, Subscription] = {}
         # Without authentication every client is the anonymous principal from the start, as in nats-server.
         self.principal: Principal | None = None if server.auth.required else server.auth.authenticate()
+        self.space: AccountSpace | None = None if self.principal is None else server.global_space()
         self.verbose = True
         self.pedantic = True
         self.echo = True
@@ -354,10 +357,12 @@ class Connection(asyncio.Protocol):
             self.send(p.err(p.INVALID_PUBLISH_SUBJECT))  # still routed, as nats-server does
         if not self._may_publish(subject):
             return
+        space = self.space
+        assert space is not None  # set with the principal
         if hdr_size >= 0:
-            self.server.publish(self, subject_b, subject, reply, body[:hdr_size], body[hdr_size:])
+            space.publish(self, subject_b, subject, reply, body[:hdr_size], body[hdr_size:])
         else:
-            self.server.publish(self, subject_b, subject, reply, None, body)
+            space.publish(self, subject_b, subject, reply, None, body)
 
     def _may_publish(self, subject: str) -> bool:
         principal = self.principal
@@ -399,7 +404,8 @@ class Connection(asyncio.Protocol):
             return
         sub = Subscription(self, subject, queue, sid)
         self.subs[sid] = sub
-        self.server.subscribe(sub)
+        assert self.space is not None
+        self.space.subscribe(sub)
 
     def _unsub(self, parts: list[bytes]) -> None:
         if self._args_missing(parts):
@@ -422,8 +428,12 @@ class Connection(asyncio.Protocol):
             self._unsubscribe(sub)
 
     def _unsubscribe(self, sub: Subscription) -> None:
-        if self.subs.pop(sub.sid, None) is not None:
-            self.server.unsubscribe(sub)
+        if self.subs.pop(sub.sid, None) is not None and self.space is not None:
+            self.space.unsubscribe(sub)
+
+    def _peer_ip(self) -> str | None:
+        peer = self.transport.get_extra_info("peername") if self.transport is not None else None
+        return str(peer[0]) if peer else None
 
     def _connect(self, text: bytes) -> None:
         try:
@@ -444,21 +454,29 @@ class Connection(asyncio.Protocol):
         if "account" in opts or "new_account" in opts:
             self.close_with_error(p.AUTH_VIOLATION)
             return
+        given_credentials = {key: opts.get(key) for key in _CREDENTIALS}
         try:
-            self.principal = self.server.auth.authenticate(
-                user=opts.get("user"), password=opts.get("pass"), token=opts.get("auth_token")
+            if any(v is not None and not isinstance(v, str) for v in given_credentials.values()):
+                raise AuthError("a credential that is not a string")
+            principal = self.server.auth.authenticate(
+                user=given_credentials["user"], password=given_credentials["pass"], token=given_credentials["auth_token"],
+                nkey=given_credentials["nkey"], jwt=given_credentials["jwt"], signature=given_credentials["sig"],
+                nonce=self.nonce, connection_type="STANDARD", client_ip=self._peer_ip(),
             )
-        except AuthError:
+        except AuthError as exc:
+            self.principal = None
+            if str(exc) != p.AUTH_VIOLATION:
+                log.info("NATS client %d refused: %s", self.cid, exc)
+            self.close_with_error(p.AUTH_VIOLATION)
+            return
+        space = self.server.space(principal.account)
+        if space is None or (self.space is not None and self.space is not space and self.subs):
+            # its account left the config in a reload, or a second CONNECT names another account
+            # while subscriptions of the first are live
             self.principal = None
             self.close_with_error(p.AUTH_VIOLATION)
             return
-        if self.principal.account != self.server.account:
-            # The door serves one account's JetStream so far: another account's user is refused, never
-            # shown this account's streams.
-            log.warning("NATS client %d: account %s is not served over NATS (only %s)", self.cid, self.principal.account, self.server.account)
-            self.principal = None
-            self.close_with_error(p.AUTH_VIOLATION)
-            return
+        self.principal, self.space = principal, space
         self._publish_cache.clear()
         self.verbose = bool(opts["verbose"])
         self.pedantic = bool(opts["pedantic"])

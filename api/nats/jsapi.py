@@ -32,7 +32,8 @@ from engine.info import rfc3339
 
 if TYPE_CHECKING:
     from api.nats.connection import Connection
-    from api.nats.server import NatsServer
+    from api.nats.account import AccountSpace
+    from engine import JetStream
     from api.waiters import Waiters
 
 log = logging.getLogger(__name__)
@@ -46,40 +47,54 @@ HOUSEKEEPING = 1.0
 
 Handler = Callable[[list[str], bytes], dict[str, Any]]
 
+# $JS.API.<tokens> -> (response type, handler, whether it runs in a worker thread). Calls that write
+# files or tables run in a thread; lookups answer on the loop.
+ROUTES: dict[tuple[str, ...], tuple[str, str, bool]] = {
+    ("INFO",): ("account_info_response", "_account_info", False),
+    ("STREAM", "INFO"): ("stream_info_response", "_stream_info", False),
+    ("STREAM", "NAMES"): ("stream_names_response", "_stream_names", False),
+    ("STREAM", "LIST"): ("stream_list_response", "_stream_list", False),
+    ("STREAM", "MSG", "GET"): ("stream_msg_get_response", "_msg_get", False),
+    ("CONSUMER", "INFO"): ("consumer_info_response", "_consumer_info", False),
+    ("CONSUMER", "NAMES"): ("consumer_names_response", "_consumer_names", False),
+    ("CONSUMER", "LIST"): ("consumer_list_response", "_consumer_list", False),
+    ("STREAM", "CREATE"): ("stream_create_response", "_stream_create", True),
+    ("STREAM", "UPDATE"): ("stream_update_response", "_stream_update", True),
+    ("STREAM", "DELETE"): ("stream_delete_response", "_stream_delete", True),
+    ("STREAM", "PURGE"): ("stream_purge_response", "_stream_purge", True),
+    ("STREAM", "MSG", "DELETE"): ("stream_msg_delete_response", "_msg_delete", True),
+    ("CONSUMER", "CREATE"): ("consumer_create_response", "_consumer_create", True),
+    ("CONSUMER", "DURABLE", "CREATE"): ("consumer_create_response", "_consumer_create", True),
+    ("CONSUMER", "DELETE"): ("consumer_delete_response", "_consumer_delete", True),
+}
+
+
+def response_kind(tokens: list[str]) -> str | None:
+    """The response type of an API request subject's tokens (after `$JS.API.`); None if unknown."""
+    for length in (3, 2, 1):
+        route = ROUTES.get(tuple(tokens[:length]))
+        if route is not None:
+            return route[0]
+    return None
+
 
 class JetStreamApi:
-    def __init__(self, server: NatsServer) -> None:
+    def __init__(self, server: AccountSpace, engine: JetStream) -> None:
         self.server = server
-        self.engine = server.engine
+        self.engine = engine
         self.advisories = Advisories(server)
         self.pulls = Pulls(self)
         self.push = PushConsumers(self)
         self.acks = Acks(self)
-        self.direct = DirectGets(server)
+        self.direct = DirectGets(server, engine)
         self.waiters: Waiters
         self.total = 0
         self.errors = 0
         self._housekeeping: asyncio.Task[None] | None = None
-        self._inline: dict[tuple[str, ...], tuple[str, Handler]] = {
-            ("INFO",): ("account_info_response", self._account_info),
-            ("STREAM", "INFO"): ("stream_info_response", self._stream_info),
-            ("STREAM", "NAMES"): ("stream_names_response", self._stream_names),
-            ("STREAM", "LIST"): ("stream_list_response", self._stream_list),
-            ("STREAM", "MSG", "GET"): ("stream_msg_get_response", self._msg_get),
-            ("CONSUMER", "INFO"): ("consumer_info_response", self._consumer_info),
-            ("CONSUMER", "NAMES"): ("consumer_names_response", self._consumer_names),
-            ("CONSUMER", "LIST"): ("consumer_list_response", self._consumer_list),
-        }
-        self._threaded: dict[tuple[str, ...], tuple[str, Handler]] = {
-            ("STREAM", "CREATE"): ("stream_create_response", self._stream_create),
-            ("STREAM", "UPDATE"): ("stream_update_response", self._stream_update),
-            ("STREAM", "DELETE"): ("stream_delete_response", self._stream_delete),
-            ("STREAM", "PURGE"): ("stream_purge_response", self._stream_purge),
-            ("STREAM", "MSG", "DELETE"): ("stream_msg_delete_response", self._msg_delete),
-            ("CONSUMER", "CREATE"): ("consumer_create_response", self._consumer_create),
-            ("CONSUMER", "DURABLE", "CREATE"): ("consumer_create_response", self._consumer_create),
-            ("CONSUMER", "DELETE"): ("consumer_delete_response", self._consumer_delete),
-        }
+        self._inline: dict[tuple[str, ...], tuple[str, Handler]] = {}
+        self._threaded: dict[tuple[str, ...], tuple[str, Handler]] = {}
+        for tokens, (kind, method, threaded) in ROUTES.items():
+            (self._threaded if threaded else self._inline)[tokens] = (kind, getattr(self, method))
 
     # -- lifecycle ----------------------------------------------------------------------------
 

@@ -19,14 +19,15 @@ from engine.info import parse_rfc3339, rfc3339
 from engine.store.base import StoredMessage
 
 if TYPE_CHECKING:
-    from api.nats.server import NatsServer
+    from api.nats.account import AccountSpace
+    from engine import JetStream
     from engine.stream import Stream
 
 
 class DirectGets:
-    def __init__(self, server: NatsServer) -> None:
+    def __init__(self, server: AccountSpace, engine: JetStream) -> None:
         self.server = server
-        self.engine = server.engine
+        self.engine = engine
 
     def direct_get(self, tokens: list[str], reply: bytes | None, payload: bytes) -> bool:
         """`DIRECT.GET.<stream>` with a JSON request, or `DIRECT.GET.<stream>.<subject>` (last on it)."""

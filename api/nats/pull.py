@@ -85,7 +85,7 @@ class Pulls:
     def __init__(self, api: JetStreamApi) -> None:
         self.api = api
         self.server = api.server
-        self.engine = api.server.engine
+        self.engine = api.engine
         self.tasks: set[asyncio.Task[None]] = set()
 
     def request(self, stream: str, consumer: str, reply: bytes | None, body: bytes) -> bool:

@@ -51,7 +51,7 @@ class PushConsumers:
     def __init__(self, api: JetStreamApi) -> None:
         self.api = api
         self.server = api.server
-        self.engine = api.server.engine
+        self.engine = api.engine
         self._tasks: dict[str, asyncio.Task[None]] = {}  # by consumer id
         self._states: dict[str, _Push] = {}
         self._flow: dict[str, _Push] = {}  # by flow-control reply subject

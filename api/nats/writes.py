@@ -28,7 +28,7 @@ from engine.messages import PublishResult
 if TYPE_CHECKING:
     from api.nats.connection import Connection
     from engine import JetStream
-    from api.nats.server import NatsServer
+    from api.nats.account import AccountSpace
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +59,9 @@ class _Queue:
 
 
 class Writes:
-    def __init__(self, server: NatsServer) -> None:
+    def __init__(self, server: AccountSpace, engine: JetStream) -> None:
         self.server = server
-        self.engine = server.engine
+        self.engine = engine
         self._queues: dict[int, _Queue] = {}
 
     def _queue(self, conn: Connection) -> _Queue:
@@ -192,10 +192,12 @@ class Writes:
                 send(reply, puback_json(result, msg.subject, self.engine))
 
     def _answer_acks(self, run: list[Ack], results: list[JetStreamError | None]) -> None:
-        self.server.js.acks_applied(run[0].stream, run[0].consumer)
+        js = self.server.js
+        assert js is not None  # acks exist only in an account with JetStream
+        js.acks_applied(run[0].stream, run[0].consumer)
         for ack, result in zip(run, results, strict=True):
             if ack.kind == "term" and result is None:
-                self.server.js.advisories.terminated(ack.stream, ack.consumer, ack.seq, ack.deliveries, ack.reason)
+                js.advisories.terminated(ack.stream, ack.consumer, ack.seq, ack.deliveries, ack.reason)
             if ack.reply:
                 self.server.reply(ack.reply, b"")
 

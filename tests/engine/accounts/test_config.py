@@ -112,7 +112,8 @@ def test_allow_responses_turns_the_blanket_publish_allow_off() -> None:
         ("tls { cert_file: a, key_file: b, verfiy: true }", r"unknown field 'verfiy' parsing tls"),
         ("jetstream { max_file_store: '20GB' }", r"must be digits ending in K, M, G, T"),
         ("jetstream: disabled", r"cannot disable"),
-        ("operator: './op.jwt'", r"operator mode"),
+        ("operator: './op.jwt'", r"error parsing operator JWT: .*No such file"),
+        ("resolver: MEMORY", r"resolver without an operator"),
         ("authorization { users: [ {user: a, allowed_connection_types: [TELNET]} ] }", r"unknown connection type 'TELNET'"),
     ],
 )
