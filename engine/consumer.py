@@ -290,6 +290,10 @@ class Consumer:
         lps = sum(1 for s in self.state.last_per_subject if s not in delivering and self.stream.index.is_live(s))
         return self.stream.index.count_live(self.filters or None, start) + lps
 
+    def redeliveries_queued(self) -> int:
+        """Messages due for redelivery now (nats-server's `len(o.rdq)`)."""
+        return len(self._redeliver)
+
     def token(self, seq: int, event: AckEvent) -> str:
         return f"{self.consumer_id}.{seq}.{event.consumer_seq}.{event.count}"
 

@@ -3,7 +3,10 @@
 A request (empty = one message, a number, or `{"batch","expires","max_bytes","no_wait",
 "idle_heartbeat"}`) waits on the consumer until its batch is delivered to its reply inbox, its
 `expires` runs out (`408 Request Timeout`), or — with `no_wait` — the stream runs dry (`404 No
-Messages`); it sends `100 Idle Heartbeat` while idle, `409 Message Size Exceeds MaxBytes` or `409
+Messages`); a `no_wait` request whose messages earlier requests already claim gets `408 Requests
+Pending`, one past the consumer's `max_batch`, `max_expires`, `max_bytes` or `max_waiting` a `409
+Exceeded …`. Under `replay_policy: original` messages go one at a time, each after the gap between
+the stored timestamps (engine/pacing.py, one pacer per consumer, as nats-server keeps one). It sends `100 Idle Heartbeat` while idle, `409 Message Size Exceeds MaxBytes` or `409
 Batch Completed` around `max_bytes`, `409 Consumer Deleted` when the consumer goes, and stops when
 nobody listens on its inbox any more. Each request is a task that fetches from the engine (on the
 loop when it needs no waiting) and sleeps on the stream's waiters between fetches.
@@ -25,6 +28,7 @@ from api.nats.delivery import ack_prefix, frames, send_frames, send_status
 from engine import JetStreamError
 from engine.consumer import Consumer, Delivery
 from engine.consumer_config import go_duration
+from engine.pacing import Pacer
 
 if TYPE_CHECKING:
     from api.nats.jsapi import JetStreamApi
@@ -87,6 +91,8 @@ class Pulls:
         self.server = api.server
         self.engine = api.engine
         self.tasks: set[asyncio.Task[None]] = set()
+        self._claimed: dict[str, int] = {}  # by consumer id: messages the waiting requests still want
+        self._pacers: dict[str, Pacer] = {}  # by consumer id, for replay_policy original
 
     def request(self, stream: str, consumer: str, reply: bytes | None, body: bytes) -> bool:
         """A MSG.NEXT; False when the stream or consumer is missing (the client gets no responders)."""
@@ -124,6 +130,11 @@ class Pulls:
             return p.status_headers(409, f"Exceeded MaxRequestExpires of {go_duration(config.max_expires)}")
         if config.max_bytes and req.max_bytes > config.max_bytes:
             return p.status_headers(409, f"Exceeded MaxRequestMaxBytes of {config.max_bytes}")
+        if req.no_wait:
+            # processNextMsgRequest: messages there, but the waiting requests already claim them all
+            available = target.num_pending_after([]) + target.redeliveries_queued()
+            if 0 < available < self._claimed.get(target.consumer_id, 0):
+                return p.status_headers(408, "Requests Pending")
         if target.waiting >= (config.max_waiting or 512):
             return b"" if req.heartbeat else p.EXCEEDED_MAX_WAITING  # a request with heartbeats waits for them to stop
         return req
@@ -137,6 +148,9 @@ class Pulls:
         last_sent = started
         left, budget, delivered = req.batch, req.max_bytes, 0
         target.waiting += 1
+        claims = self._claimed
+        key = target.consumer_id
+        claims[key] = claims.get(key, 0) + left
         try:
             while True:
                 if target.deleted:
@@ -145,7 +159,13 @@ class Pulls:
                 if not self.server.sublist.has_interest(inbox):
                     return
                 try:
-                    got = await self.api.fetch(stream, target.name, left, budget)
+                    pacer = self._pacer(target)
+                    got = await self.api.fetch(stream, target.name, 1 if pacer else left, budget)
+                    if got and pacer is not None:
+                        delay = pacer.delay_ns(got[0].msg.ts, got[0].size, time.monotonic_ns())
+                        if delay:
+                            await asyncio.sleep(delay / NS)
+                        pacer.delivered(got[0].msg.ts, got[0].size, time.monotonic_ns())
                 except JetStreamError as exc:
                     if exc.code == 409:  # the next message is larger than the request's max_bytes
                         send_status(self.server, inbox, p.pending_status(409, "Message Size Exceeds MaxBytes", left, budget))
@@ -158,6 +178,7 @@ class Pulls:
                     last_sent = time.monotonic()
                     delivered += len(got)
                     left -= len(got)
+                    claims[key] -= len(got)
                     if req.max_bytes:
                         budget -= _bytes(got)
                     if left <= 0:
@@ -187,6 +208,20 @@ class Pulls:
                 await self.api.waiters.wait(stream, max(min(wait, self.api.redelivery_wait(target)), 0.0005))
         finally:
             target.waiting -= 1
+            claims[key] -= left
+            if claims[key] <= 0:
+                del claims[key]
+
+
+    def _pacer(self, target: Consumer) -> Pacer | None:
+        if target.config.replay_policy != "original":
+            return None
+        found = self._pacers.get(target.consumer_id)
+        if found is None:
+            if len(self._pacers) > 10_000:
+                self._pacers.clear()
+            found = self._pacers[target.consumer_id] = Pacer(replay_original=True)
+        return found
 
 
 def _bytes(got: list[Delivery]) -> int:

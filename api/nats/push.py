@@ -7,8 +7,10 @@ Request` with a `$JS.FC.…` reply after each window of bytes and waits for the 
 (heartbeats then carry `Nats-Consumer-Stalled`). Ordered consumers, as nats.py and nats.go build them
 for KV watches and object gets, are ephemeral push consumers of this kind. While bound, a consumer
 counts as active, so an ephemeral one is removed only once its subscriber has been gone for its
-`inactive_threshold`. Counterpart: server/consumer.go (deliverMsg, sendFlowControl,
-processFlowControl, sendIdleHeartbeat).
+`inactive_threshold`. With `replay_policy: original` or `rate_limit_bps` deliveries go one at a time,
+each after the wait engine/pacing.py computes (the stored timestamps' gaps; bits per second).
+Counterpart: server/consumer.go (deliverMsg, sendFlowControl, processFlowControl,
+sendIdleHeartbeat, loopAndGatherMsgs's replay and rate limit).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from api.nats import protocol as p
 from api.nats.delivery import ack_prefix, frames, receivers, send_frames, send_status
 from engine import JetStreamError
 from engine.consumer import Consumer
+from engine.pacing import Pacer
 from engine.subjects import subject_matches
 
 if TYPE_CHECKING:
@@ -38,13 +41,14 @@ _FC_ALPHABET = string.ascii_letters + string.digits
 class _Push:
     """One push consumer's delivery state."""
 
-    __slots__ = ("stream", "consumer", "fc_reply", "window")
+    __slots__ = ("stream", "consumer", "fc_reply", "window", "pacer")
 
-    def __init__(self, stream: str, consumer: Consumer) -> None:
+    def __init__(self, stream: str, consumer: Consumer, pacer: Pacer) -> None:
         self.stream = stream
         self.consumer = consumer
         self.fc_reply: str | None = None  # the flow-control request waiting for its answer
         self.window = 0  # bytes delivered since the last flow-control request
+        self.pacer = pacer
 
 
 class PushConsumers:
@@ -66,7 +70,10 @@ class PushConsumers:
     def ensure(self, stream: str, consumer: Consumer) -> None:
         if consumer.consumer_id in self._tasks or not consumer.config.deliver_subject:
             return
-        state = _Push(stream, consumer)
+        config = consumer.config
+        max_msg_size = consumer.stream.config.max_msg_size
+        burst = max_msg_size if max_msg_size and max_msg_size > 0 else self.engine.options.max_payload
+        state = _Push(stream, consumer, Pacer(config.replay_policy == "original", config.rate_limit_bps, burst))
         task = asyncio.get_running_loop().create_task(self._run(state))
         self._tasks[consumer.consumer_id] = task
         self._states[consumer.consumer_id] = state
@@ -122,11 +129,14 @@ class PushConsumers:
                     continue
                 if state.fc_reply is None and all(s.conn.writable for s in receivers(match)):
                     try:
-                        got = await self.api.fetch(stream, consumer.name, BATCH, 0)
+                        got = await self.api.fetch(stream, consumer.name, 1 if state.pacer.active else BATCH, 0)
                     except JetStreamError:
                         return  # the consumer or its stream is gone
                     if got:
-                        send_frames(self.server, target, frames(got, prefix, headers_only))
+                        framed = frames(got, prefix, headers_only)
+                        if state.pacer.active:
+                            await self._pace(state.pacer, got[0].msg.ts, framed[0])
+                        send_frames(self.server, target, framed)
                         last_sent = time.monotonic()
                         if config.flow_control:
                             state.window += sum(d.size for d in got)
@@ -147,6 +157,15 @@ class PushConsumers:
         finally:
             if bound:
                 consumer.waiting -= 1
+
+    @staticmethod
+    async def _pace(pacer: Pacer, stored_ts: int, frame: tuple[bytes, bytes, bytes | None, bytes]) -> None:
+        subject, reply, hdr, payload = frame
+        size = len(subject) + len(reply) + len(hdr or b"") + len(payload)
+        delay = pacer.delay_ns(stored_ts, size, time.monotonic_ns())
+        if delay:
+            await asyncio.sleep(delay / NS)
+        pacer.delivered(stored_ts, size, time.monotonic_ns())
 
     def _request_flow_control(self, state: _Push, target: str) -> None:
         token = "".join(secrets.choice(_FC_ALPHABET) for _ in range(4))

@@ -1,0 +1,166 @@
+"""Pull request statuses at a consumer's limits, and push pacing (replay original, rate limit).
+
+The same scenarios run against a real gateway and the real nats-server and must give the same
+answers: `409 Exceeded MaxRequestBatch of N`, `409 Exceeded MaxRequestExpires of <dur>`, `409
+Exceeded MaxRequestMaxBytes of N`, `409 Exceeded MaxWaiting` while another request waits (which
+then ends with `408 Request Timeout`), and `408 Requests Pending` for a `no_wait` request whose
+messages an earlier request already claims. A push or pull consumer with `replay_policy: original`
+delivers with the gaps the messages were stored with, and one with `rate_limit_bps` no faster than
+its bits per second (past a burst of one message of the stream's max_msg_size). Pacing is checked
+as a lower bound on elapsed time, the semantic itself; no upper bound is asserted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import nats
+import orjson
+import pytest
+
+from tests.gateway import Gateway
+from tests.nats.conftest import NatsServer
+
+NS = 1_000_000_000
+
+
+async def _create(nc: Any, stream: str, config: dict[str, Any]) -> dict[str, Any]:
+    name = config["durable_name"]
+    body = orjson.dumps({"stream_name": stream, "config": config})
+    reply = await nc.request(f"$JS.API.CONSUMER.CREATE.{stream}.{name}", body, timeout=10)
+    answer = orjson.loads(reply.data)
+    assert "error" not in answer, answer
+    return answer
+
+
+async def _pull_statuses(url: str) -> list[tuple[str, str]]:
+    nc = await nats.connect(url, max_reconnect_attempts=0)
+    try:
+        js = nc.jetstream(timeout=10)
+        await js.add_stream(name="P", subjects=["p.*"])
+        for _ in range(3):
+            await js.publish("p.x", b"x" * 10)
+        await _create(nc, "P", {"durable_name": "LIM", "ack_policy": "explicit", "max_batch": 2,
+                                "max_expires": NS, "max_bytes": 1000})
+        await _create(nc, "P", {"durable_name": "W", "ack_policy": "explicit", "filter_subject": "p.none", "max_waiting": 1})
+        await _create(nc, "P", {"durable_name": "RP", "ack_policy": "explicit", "max_ack_pending": 1})
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox + ".>")
+        seen: list[tuple[str, str]] = []
+
+        async def ask(consumer: str, request: dict[str, Any], token: str) -> None:
+            await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.P.{consumer}", orjson.dumps(request), reply=f"{inbox}.{token}")
+
+        async def status() -> tuple[str, str]:
+            msg = await sub.next_msg(timeout=10)
+            headers = msg.headers or {}
+            return headers.get("Status", "message"), headers.get("Description", "")
+
+        await ask("LIM", {"batch": 5}, "a")
+        seen.append(await status())
+        await ask("LIM", {"batch": 1, "expires": 5 * NS}, "b")
+        seen.append(await status())
+        await ask("LIM", {"batch": 1, "max_bytes": 5000}, "c")
+        seen.append(await status())
+        await ask("W", {"batch": 1, "expires": 2 * NS}, "d")  # waits: W's filter matches nothing
+        await nc.flush()
+        await ask("W", {"batch": 1, "expires": 2 * NS}, "e")
+        seen.append(await status())  # the second one: max_waiting is 1
+        seen.append(await status())  # the first one, once its 2 s are over
+        await ask("RP", {"batch": 10, "expires": 3 * NS}, "f")  # one message, then held by max_ack_pending
+        seen.append(await status())
+        await ask("RP", {"batch": 1, "no_wait": True}, "g")
+        seen.append(await status())
+        return seen
+    finally:
+        await nc.close()
+
+
+EXPECTED = [
+    ("409", "Exceeded MaxRequestBatch of 2"),
+    ("409", "Exceeded MaxRequestExpires of 1s"),
+    ("409", "Exceeded MaxRequestMaxBytes of 1000"),
+    ("409", "Exceeded MaxWaiting"),
+    ("408", "Request Timeout"),
+    ("message", ""),
+    ("408", "Requests Pending"),
+]
+
+
+async def _pacing(url: str) -> tuple[float, float, float]:
+    """(stored gap, delivered gap) under replay original, and seconds to push four ~900 B messages at 8000 bps."""
+    nc = await nats.connect(url, max_reconnect_attempts=0)
+    try:
+        js = nc.jetstream(timeout=10)
+        await js.add_stream(name="R", subjects=["r.*"], max_msg_size=1000)
+        first = await js.publish("r.a", b"1")
+        await asyncio.sleep(0.6)  # sets up the gap the replay must reproduce; the assertion reads the stored times
+        second = await js.publish("r.a", b"2")
+        stored = []
+        for ack in (first, second):
+            answer = await nc.request("$JS.API.STREAM.MSG.GET.R", orjson.dumps({"seq": ack.seq}), timeout=10)
+            stored.append(_seconds(orjson.loads(answer.data)["message"]["time"]))
+        gap = stored[1] - stored[0]
+        inbox = nc.new_inbox()
+        replay = await nc.subscribe(inbox)
+        await nc.flush()
+        await _create(nc, "R", {"durable_name": "REPLAY", "deliver_subject": inbox, "ack_policy": "none",
+                                "replay_policy": "original", "filter_subject": "r.a"})
+        await replay.next_msg(timeout=10)
+        started = time.monotonic()
+        await replay.next_msg(timeout=10)
+        delivered_gap = time.monotonic() - started
+        await _create(nc, "R", {"durable_name": "PULLREPLAY", "ack_policy": "explicit", "replay_policy": "original",
+                                "filter_subject": "r.a"})
+        pulled = await nc.subscribe(nc.new_inbox())
+        await nc.publish("$JS.API.CONSUMER.MSG.NEXT.R.PULLREPLAY", orjson.dumps({"batch": 2, "expires": 5 * NS}), reply=pulled.subject)
+        await pulled.next_msg(timeout=10)
+        started = time.monotonic()
+        await pulled.next_msg(timeout=10)
+        delivered_gap = min(delivered_gap, time.monotonic() - started)  # a pull replays at the same pace
+        for _ in range(4):
+            await js.publish("r.b", b"z" * 900)
+        inbox2 = nc.new_inbox()
+        limited = await nc.subscribe(inbox2)
+        await nc.flush()
+        await _create(nc, "R", {"durable_name": "RATE", "deliver_subject": inbox2, "ack_policy": "none",
+                                "rate_limit_bps": 8000, "filter_subject": "r.b"})
+        await limited.next_msg(timeout=10)
+        started = time.monotonic()
+        for _ in range(3):
+            await limited.next_msg(timeout=10)
+        return gap, delivered_gap, time.monotonic() - started
+    finally:
+        await nc.close()
+
+
+def _seconds(rfc3339: str) -> float:
+    """An RFC 3339 time with nanoseconds (as both servers write it), in seconds since the epoch."""
+    head, _, frac = rfc3339.rstrip("Z").partition(".")
+    return datetime.fromisoformat(head + "+00:00").timestamp() + float("0." + (frac or "0"))
+
+
+@pytest.fixture(params=["jetlake", "nats-server"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    if request.param == "jetlake":
+        server: Any = Gateway(tmp_path / "warehouse", "--flush-interval", "0.2").start()
+        yield server.nats_url
+    else:
+        server = NatsServer(tmp_path / "ns")
+        yield server.url
+    server.stop()
+
+
+def test_pull_statuses_at_the_consumer_limits(url: str) -> None:
+    assert asyncio.run(asyncio.wait_for(_pull_statuses(url), 60)) == EXPECTED
+
+
+def test_push_replay_original_and_rate_limit(url: str) -> None:
+    gap, delivered_gap, limited = asyncio.run(asyncio.wait_for(_pacing(url), 60))
+    assert gap >= 0.5
+    assert delivered_gap >= gap * 0.9, (gap, delivered_gap)
+    assert limited >= 3 * 0.9 * 0.9, limited  # three more messages of ~900 B at 1000 B/s after the first
