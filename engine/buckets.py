@@ -2,20 +2,20 @@
 
 Creating a bucket creates its stream (idempotent for an identical config, as streams are); listing,
 status and destroying go through the stream registry, so a bucket is exactly its stream and SQL
-sees it like any other. Counterpart: the bucket handling of nats.go kv.go and object.go.
+sees it like any other. Buckets reach the engine through `StreamHost`, the few calls they make of
+it, so they sit below engine/jetstream.py without knowing it. Counterpart: the bucket handling of
+nats.go kv.go and object.go.
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from engine import errors
 from engine.errors import ErrorCode, JetStreamError
+from engine.messages import InboundMessage, PublishResult
 from engine.stream import Stream
-
-if TYPE_CHECKING:
-    from engine.jetstream import JetStream
 
 _BUCKET = re.compile(r"[a-zA-Z0-9_-]+")  # fullmatch: `$` would let a trailing newline through
 MAX_BUCKET_LEN = 200
@@ -31,12 +31,31 @@ def bucket_not_found() -> JetStreamError:
     return JetStreamError(404, ErrorCode.STREAM_NOT_FOUND, "bucket not found")
 
 
+class HostOptions(Protocol):
+    max_payload: int
+
+
+class StreamHost(Protocol):
+    """The engine calls buckets make (engine/jetstream.py's `JetStream` provides them)."""
+
+    options: HostOptions
+
+    def add_stream(self, body: dict[str, Any]) -> tuple[dict[str, Any], bool]: ...
+    def update_stream(self, name: str, body: dict[str, Any]) -> dict[str, Any]: ...
+    def delete_stream(self, name: str) -> None: ...
+    def stream(self, name: str) -> Stream: ...
+    def streams(self) -> list[Stream]: ...
+    def publish(self, messages: list[InboundMessage]) -> list[PublishResult]: ...
+    def throttle(self, stream: Stream, timeout: float = 120.0) -> None: ...
+    def flush_stream(self, stream: Stream) -> int: ...
+
+
 class Buckets:
     """The buckets of one kind (streams named `prefix` + bucket) of an engine."""
 
     prefix = ""
 
-    def __init__(self, js: JetStream) -> None:
+    def __init__(self, js: StreamHost) -> None:
         self.js = js
 
     def stream_name(self, bucket: str) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -28,7 +28,18 @@ from engine.store.base import StoredMessage
 from engine.subjects import any_match
 
 if TYPE_CHECKING:
-    from engine.stream import Stream
+    from engine.config import StreamConfig
+    from engine.store.base import StreamStore
+
+
+class ConsumedStream(Protocol):
+    """What a consumer reads of its stream (engine/stream.py's `Stream` is one). Narrow on purpose:
+    the consumer sits below the stream and must not know it."""
+
+    name: str
+    config: StreamConfig
+    index: MessageIndex
+    store: StreamStore
 
 ACK_KINDS = {"ack": ACK, "nak": NAK, "wpi": WPI, "term": TERM}
 SCAN_WINDOW = 4096
@@ -77,7 +88,7 @@ class Consumer:
     """One consumer of one stream."""
 
     def __init__(
-        self, stream: Stream, config: ConsumerConfig, name: str, consumer_id: str, created_ns: int, ephemeral: bool
+        self, stream: ConsumedStream, config: ConsumerConfig, name: str, consumer_id: str, created_ns: int, ephemeral: bool
     ) -> None:
         self.stream = stream
         self.config = config

@@ -48,3 +48,69 @@ def test_jobs_keep_no_copy_of_an_engine_format() -> None:
 def test_the_gateway_does_not_load_spark_at_import() -> None:
     for path, names in _imports("api", top_level_only=True).items():
         assert not {n for n in names if n.split(".")[0] in {"pyspark", "jobs"}}, f"{path} imports Spark at module level"
+
+
+def _module_graph(folder: str) -> dict[str, set[str]]:
+    """Module -> the modules of `folder` it imports, TYPE_CHECKING imports included (a type hint
+    pointing up is a circle too: the lower room would know the upper one)."""
+    modules = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p for p in (ROOT / folder).rglob("*.py")}
+
+    def known(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets.update(t for a in node.names if (t := known(a.name)))
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    target = full if full in modules else known(node.module)
+                    if target:
+                        targets.add(target)
+        graph[module] = targets - {module}
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_engine_has_no_import_circles() -> None:
+    """stream/consumer, jetstream/buckets, store base/rows were circles; the object-store backends'
+    factory (engine/store/objectstore, the storage engineers' room) is left to its owners."""
+    graph = {m: t for m, t in _module_graph("engine").items() if not m.startswith("engine.store.objectstore")}
+    graph = {m: {t for t in targets if t in graph} for m, targets in graph.items()}
+    assert _circles(graph) == []

@@ -20,6 +20,7 @@ from engine import JetStream, JetStreamError, errors
 from engine.consumer import Delivery
 from engine.consumer_config import ConsumerConfig
 from engine.info import stored_message_json
+from engine.pacing import Pacer
 
 router = APIRouter(prefix="/v1/streams/{stream}/consumers")
 
@@ -278,20 +279,24 @@ async def _events(
     request: Request, engine: JetStream, stream: str, consumer: str, target: Any, max_messages: int, heartbeat: float
 ) -> AsyncIterator[bytes]:
     headers_only = bool(target.config.headers_only)
-    original = target.config.replay_policy == "original"
+    config = target.config
+    max_msg_size = target.stream.config.max_msg_size
+    burst = max_msg_size if max_msg_size and max_msg_size > 0 else engine.options.max_payload
+    pacer = Pacer(config.replay_policy == "original", config.rate_limit_bps, burst)  # as the NATS door paces
     last_beat = time.monotonic()
-    previous_ts: int | None = None
     target.waiting += 1
     try:
         while not target.deleted and not await request.is_disconnected():
             try:
-                batch = await run_in_threadpool(engine.fetch, stream, consumer, max_messages, 0)
+                batch = await run_in_threadpool(engine.fetch, stream, consumer, 1 if pacer.active else max_messages, 0)
             except JetStreamError:
                 break
             for d in batch:
-                if original and previous_ts is not None:
-                    await asyncio.sleep(max(d.msg.ts - previous_ts, 0) / NS)
-                previous_ts = d.msg.ts
+                if pacer.active:
+                    delay = pacer.delay_ns(d.msg.ts, d.size, time.monotonic_ns())
+                    if delay:
+                        await asyncio.sleep(delay / NS)
+                    pacer.delivered(d.msg.ts, d.size, time.monotonic_ns())
                 yield b"event: message\ndata: " + orjson.dumps(delivered_json(d, headers_only)) + b"\n\n"
             if batch:
                 last_beat = time.monotonic()

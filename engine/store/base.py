@@ -16,19 +16,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from engine.index import MessageIndex
+from engine.store.stored_message import StoredMessage
 
 if TYPE_CHECKING:
     from engine.store.rows import RowGroup
 
-
-@dataclass(slots=True)
-class StoredMessage:
-    subject: str
-    seq: int
-    ts: int
-    data: bytes
-    headers: dict[str, list[str]] | None = None
-    msg_id: str | None = None
+__all__ = ["Recovered", "Removal", "StoredMessage", "StreamStore"]
 
 
 @dataclass(slots=True)

@@ -18,8 +18,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.store.base import StoredMessage
 from engine.store.layout import PARTITION_COLUMN, STREAM_SCHEMA
+from engine.store.stored_message import StoredMessage
 
 KIND_ARROW = 1
 KIND_PACKED = 3
