@@ -59,6 +59,7 @@ class Principal:
     user: str | None
     permissions: Permissions | None
     system: bool = False  # may use the system account's routes
+    expires: int = 0  # Unix seconds when its credentials (a user JWT's `exp`) run out; 0: never
 
     def can_publish(self, subject: str) -> bool:
         return self.permissions is None or self.permissions.can_publish(subject)
@@ -392,7 +393,7 @@ class Authenticator:
             if permissions is None:
                 permissions = account.default_permissions
         system = account.key == state.config.system_account
-        return Principal(account.key, claims.subject, permissions, system=system)
+        return Principal(account.key, claims.subject, permissions, system=system, expires=claims.expires)
 
     @staticmethod
     def _secret_ok(entry: User, password: str | None, token: str | None) -> bool:

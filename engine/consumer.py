@@ -97,6 +97,7 @@ class Consumer:
         self.created_ns = created_ns
         self.ephemeral = ephemeral
         self.filters = filters(config)
+        self.paused_until = _pause_ns(config)
         self.state = ConsumerState(next_seq=1)
         self._due: list[tuple[int, int]] = []  # (deadline, stream_seq), lazily invalidated
         self._due_bound = (0, 0)  # at least every entry of _due: a run above it may be appended as is
@@ -140,6 +141,7 @@ class Consumer:
     def reconfigure(self, config: ConsumerConfig) -> None:
         self.config = config
         self.filters = filters(config)
+        self.paused_until = _pause_ns(config)
 
     @property
     def ack_none(self) -> bool:
@@ -158,6 +160,8 @@ class Consumer:
         """
         self.last_activity = now
         self.budget_exhausted = False
+        if now < self.paused_until:  # `pause_until`: nothing is delivered, not even redeliveries
+            return [], AckEvents.of([])
         events: list[AckEvent] = []
         self._collect_due(now, events)
         budget = max_bytes if max_bytes > 0 else None
@@ -576,6 +580,7 @@ class Consumer:
             "num_redelivered": self._num_redelivered(),
             "num_waiting": self.waiting,
             "num_pending": self.num_pending_after([]),
+            **({"paused": True, "pause_remaining": self.paused_until - now} if now < self.paused_until else {}),
             "ts": rfc3339(now),
         }
 
@@ -615,3 +620,8 @@ class Consumer:
         self._pending_order = list(st.pending)
         heapq.heapify(self._pending_order)
         self.events_since_snapshot = 0
+
+
+def _pause_ns(config: ConsumerConfig) -> int:
+    """`pause_until` in ns since the epoch (0: not paused); nats-server pauses delivery until then."""
+    return parse_rfc3339(config.pause_until) if config.pause_until else 0

@@ -477,6 +477,9 @@ class Connection(asyncio.Protocol):
             self.close_with_error(p.AUTH_VIOLATION)
             return
         self.principal, self.space = principal, space
+        if principal.expires:  # client.go: a user JWT's `exp` closes the connection when it comes
+            delay = max(principal.expires - time.time(), 0.0)
+            self._timers.append(asyncio.get_running_loop().call_later(delay, self.close_with_error, p.AUTH_EXPIRED))
         self._publish_cache.clear()
         self.verbose = bool(opts["verbose"])
         self.pedantic = bool(opts["pedantic"])

@@ -120,7 +120,7 @@ def _config(tmp_path: Path, store: Path) -> Path:
 
 
 def test_accounts_on_jetlake(tmp_path: Path) -> None:
-    gateway = Gateway(tmp_path / "warehouse", "--config", str(_config(tmp_path, tmp_path / "warehouse")), "--flush-interval", "0.2").start()
+    gateway = Gateway(tmp_path / "warehouse", "--config", str(_config(tmp_path, tmp_path / "warehouse")), "--flush-interval", "0.2").start(timeout=60)
     try:
         asyncio.run(asyncio.wait_for(_scenario(gateway.nats_url), 90))
         with httpx.Client(base_url=gateway.url, timeout=30) as http:

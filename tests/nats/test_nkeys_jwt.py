@@ -74,7 +74,7 @@ async def _nkey_scenario(url: str, user: Key) -> None:
 def test_nkey_user(tmp_path: Path, target: str) -> None:
     user = Key.new("U")
     if target == "jetlake":
-        server: Any = Gateway(tmp_path / "warehouse", "--config", str(_nkey_config(tmp_path, tmp_path / "warehouse", user))).start()
+        server: Any = Gateway(tmp_path / "warehouse", "--config", str(_nkey_config(tmp_path, tmp_path / "warehouse", user))).start(timeout=60)
         url = server.nats_url
     else:
         server = NatsServer(tmp_path / "ns", _nkey_config(tmp_path, tmp_path / "ns", user))
@@ -95,7 +95,7 @@ class Operator:
         self.folder = folder
         self.operator, self.system, self.app, self.other = Key.new("O"), Key.new("A"), Key.new("A"), Key.new("A")
         self.signer, self.scoped = Key.new("A"), Key.new("A")
-        self.users = {name: Key.new("U") for name in ("direct", "signed", "scoped", "revoked", "stranger", "other")}
+        self.users = {name: Key.new("U") for name in ("direct", "signed", "scoped", "revoked", "stranger", "other", "expiring")}
         now = int(time.time())
         scope = {"kind": "user_scope", "key": self.scoped.public, "role": "reader", "template": {
             "pub": {"allow": ["$JS.API.INFO", "$JS.API.STREAM.INFO.>"]}, "sub": {"allow": ["_INBOX.>"]},
@@ -110,14 +110,14 @@ class Operator:
         }
         self.operator_jwt = issue(self.operator.public, self.operator, "operator", {"system_account": self.system.public}, "OP")
 
-    def user_creds(self, name: str, account: Key, signer: Key | None = None, **nats: Any) -> str:
+    def user_creds(self, name: str, account: Key, signer: Key | None = None, expires: int = 0, **nats: Any) -> str:
         user = self.users[name]
         claims: dict[str, Any] = {"pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1, **nats}
         if signer is self.scoped:
             claims = dict(nats)  # a scoped key's user has the zero limits (jwt's SetScoped)
         if signer is not None:
             claims["issuer_account"] = account.public
-        token = issue(user.public, signer or account, "user", claims, name)
+        token = issue(user.public, signer or account, "user", claims, name, **({"exp": expires} if expires else {}))
         return str(creds(self.folder / f"{name}.creds", token, user))
 
     def config(self, store: Path, resolver: str = "MEMORY") -> Path:
@@ -160,6 +160,17 @@ async def _operator_scenario(url: str, op: Operator) -> None:
     await _refused(url, user_credentials=op.user_creds("revoked", op.app))
     await _refused(url, user_credentials=op.user_creds("stranger", Key.new("A")))  # an account nobody preloaded
     await _refused(url, nkeys_seed_str=op.users["direct"].seed.decode())  # an nkey without its JWT
+    # a user JWT's exp ends its connection when it comes
+    expiring_errors: list[str] = []
+    expiring = await _connect(url, expiring_errors, user_credentials=op.user_creds("expiring", op.app, expires=int(time.time()) + 2))
+    try:
+        deadline = asyncio.get_running_loop().time() + 15
+        while not expiring.is_closed and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+        reason = " ".join(expiring_errors + [str(expiring.last_error)]).lower()
+        assert expiring.is_closed and "user authentication expired" in reason, reason
+    finally:
+        await expiring.close()
     # a scoped key's users take the template's permissions: a JWT with its own is refused (jwt ValidateScopedSigner)
     await _refused(url, user_credentials=op.user_creds("scoped", op.app, op.scoped, pub={"allow": [">"]}))
 
@@ -168,7 +179,7 @@ async def _operator_scenario(url: str, op: Operator) -> None:
 def test_operator_mode_jwt_users(tmp_path: Path, target: str) -> None:
     op = Operator(tmp_path)
     if target == "jetlake":
-        server: Any = Gateway(tmp_path / "warehouse", "--config", str(op.config(tmp_path / "warehouse"))).start()
+        server: Any = Gateway(tmp_path / "warehouse", "--config", str(op.config(tmp_path / "warehouse"))).start(timeout=60)
         url = server.nats_url
     else:
         server = NatsServer(tmp_path / "ns", op.config(tmp_path / "ns"))
@@ -182,7 +193,7 @@ def test_operator_mode_jwt_users(tmp_path: Path, target: str) -> None:
 def test_cli_with_creds_and_nkey(tmp_path: Path, nats_cli: tuple[str, dict[str, str]]) -> None:
     exe, env = nats_cli
     op = Operator(tmp_path)
-    gateway = Gateway(tmp_path / "warehouse", "--config", str(op.config(tmp_path / "warehouse"))).start()
+    gateway = Gateway(tmp_path / "warehouse", "--config", str(op.config(tmp_path / "warehouse"))).start(timeout=60)
     try:
         user = ["--server", gateway.nats_url, "--creds", op.user_creds("direct", op.app)]
 
@@ -203,7 +214,7 @@ def test_cli_with_creds_and_nkey(tmp_path: Path, nats_cli: tuple[str, dict[str, 
     user_key = Key.new("U")
     seed_file = tmp_path / "user.nk"
     seed_file.write_bytes(user_key.seed)
-    gateway = Gateway(tmp_path / "warehouse2", "--config", str(_nkey_config(tmp_path, tmp_path / "warehouse2", user_key))).start()
+    gateway = Gateway(tmp_path / "warehouse2", "--config", str(_nkey_config(tmp_path, tmp_path / "warehouse2", user_key))).start(timeout=60)
     try:
         done = subprocess.run([exe, "--server", gateway.nats_url, "--nkey", str(seed_file), "stream", "add", "K",
                                "--subjects", "k.*", "--defaults"], env=env, capture_output=True, text=True, timeout=60)

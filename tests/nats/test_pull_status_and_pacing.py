@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -147,7 +147,7 @@ def _seconds(rfc3339: str) -> float:
 @pytest.fixture(params=["jetlake", "nats-server"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     if request.param == "jetlake":
-        server: Any = Gateway(tmp_path / "warehouse", "--flush-interval", "0.2").start()
+        server: Any = Gateway(tmp_path / "warehouse", "--flush-interval", "0.2").start(timeout=60)
         yield server.nats_url
     else:
         server = NatsServer(tmp_path / "ns")
@@ -164,3 +164,28 @@ def test_push_replay_original_and_rate_limit(url: str) -> None:
     assert gap >= 0.5
     assert delivered_gap >= gap * 0.9, (gap, delivered_gap)
     assert limited >= 3 * 0.9 * 0.9, limited  # three more messages of ~900 B at 1000 B/s after the first
+
+
+async def _paused(url: str) -> tuple[bool, float]:
+    """Whether a consumer created with `pause_until` 2 s ahead says it is paused, and how long its first message took."""
+    nc = await nats.connect(url, max_reconnect_attempts=0)
+    try:
+        js = nc.jetstream(timeout=10)
+        await js.add_stream(name="Z", subjects=["z.*"])
+        await js.publish("z.a", b"held")
+        until = datetime.fromtimestamp(time.time() + 2, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        created = await _create(nc, "Z", {"durable_name": "PAUSED", "ack_policy": "explicit", "pause_until": until})
+        inbox = await nc.subscribe(nc.new_inbox())
+        started = time.monotonic()
+        await nc.publish("$JS.API.CONSUMER.MSG.NEXT.Z.PAUSED", orjson.dumps({"batch": 1, "expires": 8 * NS}), reply=inbox.subject)
+        msg = await inbox.next_msg(timeout=10)
+        assert msg.data == b"held", msg.headers
+        return bool(created.get("paused")), time.monotonic() - started
+    finally:
+        await nc.close()
+
+
+def test_pause_until_holds_deliveries(url: str) -> None:
+    paused, waited = asyncio.run(asyncio.wait_for(_paused(url), 60))
+    assert paused
+    assert waited >= 1.0, waited  # created 2 s before the pause ends; the request came after the create
