@@ -108,8 +108,7 @@ class JetStreamApi:
         if self._housekeeping is not None:
             self._housekeeping.cancel()
         await self.push.stop()
-        for task in list(self.pulls.tasks):
-            task.cancel()
+        await self.pulls.stop()
 
     async def _keep_push_running(self) -> None:
         while True:

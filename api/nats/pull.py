@@ -6,11 +6,14 @@ A request (empty = one message, a number, or `{"batch","expires","max_bytes","no
 Messages`); a `no_wait` request whose messages earlier requests already claim gets `408 Requests
 Pending`, one past the consumer's `max_batch`, `max_expires`, `max_bytes` or `max_waiting` a `409
 Exceeded …`. Under `replay_policy: original` messages go one at a time, each after the gap between
-the stored timestamps (engine/pacing.py, one pacer per consumer, as nats-server keeps one). It sends `100 Idle Heartbeat` while idle, `409 Message Size Exceeds MaxBytes` or `409
-Batch Completed` around `max_bytes`, `409 Consumer Deleted` when the consumer goes, and stops when
-nobody listens on its inbox any more. Each request is a task that fetches from the engine (on the
-loop when it needs no waiting) and sleeps on the stream's waiters between fetches.
-Counterpart: server/consumer.go (processNextMsgRequest, nextReqFromMsg, processWaiting).
+the stored timestamps (engine/pacing.py, one pacer per consumer, as nats-server keeps one). It
+sends `100 Idle Heartbeat` while idle, `409 Message Size Exceeds MaxBytes` or `409 Batch
+Completed` around `max_bytes`, `409 Consumer Deleted` when the consumer goes and `409 Server
+Shutdown` when the server stops, and stops when nobody listens on its inbox any more. Each request
+is a task that fetches from the engine (on the loop when it needs no waiting) and sleeps on the
+stream's waiters between fetches.
+Counterpart: server/consumer.go (processNextMsgRequest, nextReqFromMsg, processWaiting,
+releaseAnyPendingRequests).
 """
 
 from __future__ import annotations
@@ -93,6 +96,7 @@ class Pulls:
         self.tasks: set[asyncio.Task[None]] = set()
         self._claimed: dict[str, int] = {}  # by consumer id: messages the waiting requests still want
         self._pacers: dict[str, Pacer] = {}  # by consumer id, for replay_policy original
+        self.stopping = False
 
     def request(self, stream: str, consumer: str, reply: bytes | None, body: bytes) -> bool:
         """A MSG.NEXT; False when the stream or consumer is missing (the client gets no responders)."""
@@ -112,6 +116,14 @@ class Pulls:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         return True
+
+    async def stop(self) -> None:
+        """The server stops: every waiting request ends with `409 Server Shutdown`."""
+        self.stopping = True
+        tasks = list(self.tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def _refusal(self, target: Consumer, body: bytes) -> bytes | PullRequest:
         """The status that refuses a request at once, or the parsed request."""
@@ -206,6 +218,10 @@ class Pulls:
                 if heartbeat:
                     wait = min(wait, last_sent + heartbeat - now)
                 await self.api.waiters.wait(stream, max(min(wait, self.api.redelivery_wait(target)), 0.0005))
+        except asyncio.CancelledError:
+            if self.stopping:  # releaseAnyPendingRequests: each waiter hears why it ends
+                send_status(self.server, inbox, p.pending_status(409, "Server Shutdown", left, budget))
+            raise
         finally:
             target.waiting -= 1
             claims[key] -= left

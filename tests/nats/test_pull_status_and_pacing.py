@@ -189,3 +189,32 @@ def test_pause_until_holds_deliveries(url: str) -> None:
     paused, waited = asyncio.run(asyncio.wait_for(_paused(url), 60))
     assert paused
     assert waited >= 1.0, waited  # created 2 s before the pause ends; the request came after the create
+
+
+@pytest.mark.parametrize("target", ["jetlake", "nats-server"])
+def test_a_waiting_pull_hears_the_server_shut_down(tmp_path: Path, target: str) -> None:
+    server: Any = (
+        Gateway(tmp_path / "warehouse").start(timeout=60) if target == "jetlake" else NatsServer(tmp_path / "ns")
+    )
+    url = server.nats_url if target == "jetlake" else server.url
+
+    async def scenario() -> tuple[str, str]:
+        nc = await nats.connect(url, max_reconnect_attempts=0, allow_reconnect=False)
+        try:
+            await nc.jetstream(timeout=10).add_stream(name="S", subjects=["s.*"])
+            await _create(nc, "S", {"durable_name": "WAIT", "ack_policy": "explicit"})
+            inbox = await nc.subscribe(nc.new_inbox())
+            await nc.publish("$JS.API.CONSUMER.MSG.NEXT.S.WAIT", orjson.dumps({"batch": 3, "expires": 60 * NS}), reply=inbox.subject)
+            await nc.flush()
+            stopping = asyncio.get_running_loop().run_in_executor(None, server.stop)
+            msg = await inbox.next_msg(timeout=30)
+            await stopping
+            headers = msg.headers or {}
+            return headers.get("Status", ""), headers.get("Description", "")
+        finally:
+            await nc.close()
+
+    try:
+        assert asyncio.run(asyncio.wait_for(scenario(), 90)) == ("409", "Server Shutdown")
+    finally:
+        server.stop()
