@@ -5,13 +5,16 @@ the v2 form with a domain and an account hash in front (11 tokens or more). The 
 `+ACK` or `+OK` ack; `-NAK` redelivers (after `{"delay": ns}` or a Go duration); `+WPI` restarts the
 ack timer; `+TERM [reason]` stops redelivery; `+NXT [request]` acks and pulls the next message to the
 ack's reply subject. An ack with a reply subject (a double ack) is answered with an empty message once
-applied. Acks are applied in order with the connection's other writes (api/nats/writes.py).
+applied. Under `sample_freq` a sampled ack of a pending message publishes its metric on
+`$JS.EVENT.METRIC.CONSUMER.ACK.<stream>.<consumer>` (`ack_time`: ns since its delivery). Acks are applied in order with the connection's other writes (api/nats/writes.py).
 Counterpart: server/consumer.go (processAck, processNak, ackReplyInfo).
 """
 
 from __future__ import annotations
 
+import random
 import re
+import time
 from typing import TYPE_CHECKING
 
 from api.nats.messages import loads_or_none
@@ -20,6 +23,7 @@ from engine import JetStreamError
 
 if TYPE_CHECKING:
     from api.nats.connection import Connection
+    from engine.consumer import Consumer
     from api.nats.jsapi import JetStreamApi
 
 NS = 1_000_000_000
@@ -64,6 +68,8 @@ class Acks:
             return True  # an unknown ack payload is ignored, as nats-server does
         if target.ack_none:
             return True
+        if kind == "ack" and target.config.sample_freq:
+            self._sample(target, stream, consumer, int(seq), int(delivered))
         ack = Ack(stream, consumer, int(seq), kind, delay, None if next_request is not None else reply, reason, int(delivered))
         writes = self.server.writes
         assert writes is not None  # acks exist only in an account with JetStream
@@ -71,6 +77,21 @@ class Acks:
         if next_request is not None and reply:
             self.api.pulls.request(stream, consumer, reply, next_request)
         return True
+
+
+    def _sample(self, target: Consumer, stream: str, consumer: str, seq: int, delivered: int) -> None:
+        """consumer.go shouldSample/sampleAck: a pending message's ack, sampled at `sample_freq` percent."""
+        pending = target.state.pending.get(seq)
+        if pending is None or not _sampled(target.config.sample_freq or ""):
+            return
+        ack_time = time.time_ns() - pending.delivered_at
+        self.api.advisories.ack_metric(stream, consumer, pending.consumer_seq, seq, ack_time, delivered)
+
+
+def _sampled(sample_freq: str) -> bool:
+    text = sample_freq.strip().removesuffix("%")
+    percent = int(text) if text.isdigit() else 0
+    return percent >= 100 or (percent > 0 and random.randrange(100) <= percent)
 
 
 def _nak_delay(text: bytes) -> int:

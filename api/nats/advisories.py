@@ -20,16 +20,18 @@ if TYPE_CHECKING:
 
 PREFIX = "$JS.EVENT.ADVISORY."
 TYPE = "io.nats.jetstream.advisory.v1."
+METRIC_ACK = "$JS.EVENT.METRIC.CONSUMER.ACK."
+METRIC_TYPE = "io.nats.jetstream.metric.v1.consumer_ack"
 
 
 class Advisories:
     def __init__(self, server: AccountSpace) -> None:
         self.server = server
 
-    def _send(self, subject: str, kind: str, fields: dict[str, Any]) -> None:
+    def _send(self, subject: str, kind: str, fields: dict[str, Any], event_type: str = "") -> None:
         if not self.server.sublist.has_interest(subject):
             return
-        event = {"type": TYPE + kind, "id": secrets.token_hex(11), "timestamp": rfc3339(time.time_ns()), **fields}
+        event = {"type": event_type or TYPE + kind, "id": secrets.token_hex(11), "timestamp": rfc3339(time.time_ns()), **fields}
         self.server.send(subject, orjson.dumps(event))
 
     def stream_action(self, stream: str, action: str) -> None:
@@ -51,6 +53,12 @@ class Advisories:
         if reason:
             fields["reason"] = reason
         self._send(f"{PREFIX}CONSUMER.MSG_TERMINATED.{stream}.{consumer}", "terminated", fields)
+
+    def ack_metric(self, stream: str, consumer: str, consumer_seq: int, stream_seq: int, ack_time: int, deliveries: int) -> None:
+        """A sampled ack (`sample_freq`): how long the message waited for it, in ns (consumer.go sampleAck)."""
+        fields = {"stream": stream, "consumer": consumer, "consumer_seq": consumer_seq, "stream_seq": stream_seq,
+                  "ack_time": ack_time, "deliveries": deliveries}
+        self._send(f"{METRIC_ACK}{stream}.{consumer}", "", fields, METRIC_TYPE)
 
     def naked(self, stream: str, consumer: str, stream_seq: int, deliveries: int) -> None:
         fields = {"stream": stream, "consumer": consumer, "stream_seq": stream_seq, "deliveries": deliveries}

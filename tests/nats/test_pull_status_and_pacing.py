@@ -1,4 +1,4 @@
-"""Pull request statuses at a consumer's limits, and push pacing (replay original, rate limit).
+"""Consumer fields over NATS beside nats-server: pull statuses at the limits, pacing, pause, ack metrics.
 
 The same scenarios run against a real gateway and the real nats-server and must give the same
 answers: `409 Exceeded MaxRequestBatch of N`, `409 Exceeded MaxRequestExpires of <dur>`, `409
@@ -6,8 +6,10 @@ Exceeded MaxRequestMaxBytes of N`, `409 Exceeded MaxWaiting` while another reque
 then ends with `408 Request Timeout`), and `408 Requests Pending` for a `no_wait` request whose
 messages an earlier request already claims. A push or pull consumer with `replay_policy: original`
 delivers with the gaps the messages were stored with, and one with `rate_limit_bps` no faster than
-its bits per second (past a burst of one message of the stream's max_msg_size). Pacing is checked
-as a lower bound on elapsed time, the semantic itself; no upper bound is asserted.
+its bits per second (past a burst of one message of the stream's max_msg_size); `pause_until`
+holds deliveries until then; a waiting pull hears `409 Server Shutdown` when the server stops; and
+`sample_freq` publishes an ack's metric. Pacing is checked as a lower bound on elapsed time, the
+semantic itself; no upper bound is asserted.
 """
 
 from __future__ import annotations
@@ -218,3 +220,30 @@ def test_a_waiting_pull_hears_the_server_shut_down(tmp_path: Path, target: str) 
         assert asyncio.run(asyncio.wait_for(scenario(), 90)) == ("409", "Server Shutdown")
     finally:
         server.stop()
+
+
+async def _ack_metric(url: str) -> dict[str, Any]:
+    nc = await nats.connect(url, max_reconnect_attempts=0)
+    try:
+        js = nc.jetstream(timeout=10)
+        await js.add_stream(name="M", subjects=["m.*"])
+        await js.publish("m.a", b"sampled")
+        await _create(nc, "M", {"durable_name": "SAMPLED", "ack_policy": "explicit", "sample_freq": "100%"})
+        metrics = await nc.subscribe("$JS.EVENT.METRIC.CONSUMER.ACK.>")
+        sub = await js.pull_subscribe_bind("SAMPLED", "M")
+        [msg] = await sub.fetch(1, timeout=10)
+        await msg.ack_sync()
+        event = await metrics.next_msg(timeout=10)
+        assert event.subject == "$JS.EVENT.METRIC.CONSUMER.ACK.M.SAMPLED"
+        return orjson.loads(event.data)
+    finally:
+        await nc.close()
+
+
+def test_sampled_acks_publish_their_metric(url: str) -> None:
+    event = asyncio.run(asyncio.wait_for(_ack_metric(url), 60))
+    assert event["type"] == "io.nats.jetstream.metric.v1.consumer_ack"
+    assert {k: event[k] for k in ("stream", "consumer", "consumer_seq", "stream_seq", "deliveries")} == {
+        "stream": "M", "consumer": "SAMPLED", "consumer_seq": 1, "stream_seq": 1, "deliveries": 1,
+    }
+    assert event["ack_time"] > 0
