@@ -25,9 +25,9 @@ def ack_prefix(stream: str, consumer: str) -> bytes:
 
 
 def frames(
-    deliveries: list[Delivery], prefix: bytes, headers_only: bool
+    deliveries: list[Delivery], prefix: bytes, headers_only: bool, extra: dict[str, list[str]] | None = None
 ) -> list[tuple[bytes, bytes, bytes | None, bytes]]:
-    """(subject, ack reply, header block or None, payload) per delivery."""
+    """(subject, ack reply, header block or None, payload) per delivery; `extra` headers (a pin id) on each."""
     out = []
     for d in deliveries:
         msg = d.msg
@@ -35,9 +35,10 @@ def frames(
         if headers_only:
             headers = dict(msg.headers or {})
             headers["Nats-Msg-Size"] = [str(len(msg.data))]
-            out.append((msg.subject.encode(), reply, p.encode_headers(headers), b""))
+            out.append((msg.subject.encode(), reply, p.encode_headers(headers | (extra or {})), b""))
         else:
-            hdr = p.encode_headers(msg.headers) if msg.headers else None
+            stored = msg.headers if not extra else (msg.headers or {}) | extra
+            hdr = p.encode_headers(stored) if stored else None
             out.append((msg.subject.encode(), reply, hdr, msg.data))
     return out
 

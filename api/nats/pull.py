@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -28,6 +28,7 @@ import orjson
 from api.nats import protocol as p
 from api.nats.errors import go_json_error
 from api.nats.delivery import ack_prefix, frames, send_frames, send_status
+from api.nats.priority import PriorityGroups, PriorityRequest
 from engine import JetStreamError
 from engine.consumer import Consumer, Delivery
 from engine.consumer_config import go_duration
@@ -52,6 +53,7 @@ class PullRequest:
     max_bytes: int = 0
     no_wait: bool = False
     heartbeat: int = 0
+    priority: PriorityRequest = field(default_factory=PriorityRequest)
 
 
 def parse_request(body: bytes) -> PullRequest:
@@ -72,6 +74,10 @@ def parse_request(body: bytes) -> PullRequest:
         )
         if req.heartbeat > 0 and req.heartbeat * 2 > req.expires:
             raise BadPull("heartbeat value too large")
+        group, pin_id = raw.get("group", ""), raw.get("id", "")
+        if not isinstance(group, str) or not isinstance(pin_id, str):
+            raise BadPull("json: cannot unmarshal into Go struct field .group of type string")
+        req.priority = PriorityRequest(group, _int(raw, "min_pending"), _int(raw, "min_ack_pending"), _int(raw, "priority"), pin_id)
         return req
     try:
         return PullRequest(batch=int(text))
@@ -97,6 +103,7 @@ class Pulls:
         self._claimed: dict[str, int] = {}  # by consumer id: messages the waiting requests still want
         self._pacers: dict[str, Pacer] = {}  # by consumer id, for replay_policy original
         self.stopping = False
+        self.priority = PriorityGroups()
 
     def request(self, stream: str, consumer: str, reply: bytes | None, body: bytes) -> bool:
         """A MSG.NEXT; False when the stream or consumer is missing (the client gets no responders)."""
@@ -142,6 +149,9 @@ class Pulls:
             return p.status_headers(409, f"Exceeded MaxRequestExpires of {go_duration(config.max_expires)}")
         if config.max_bytes and req.max_bytes > config.max_bytes:
             return p.status_headers(409, f"Exceeded MaxRequestMaxBytes of {config.max_bytes}")
+        refused = self.priority.refusal(target, req.priority, req.batch, req.max_bytes)
+        if refused is not None:
+            return refused
         if req.no_wait:
             # processNextMsgRequest: messages there, but the waiting requests already claim them all
             available = target.num_pending_after([]) + target.redeliveries_queued()
@@ -163,6 +173,8 @@ class Pulls:
         claims = self._claimed
         key = target.consumer_id
         claims[key] = claims.get(key, 0) + left
+        priority = self.priority
+        priority.entered(target, req.priority)
         try:
             while True:
                 if target.deleted:
@@ -172,7 +184,8 @@ class Pulls:
                     return
                 try:
                     pacer = self._pacer(target)
-                    got = await self.api.fetch(stream, target.name, 1 if pacer else left, budget)
+                    may_take = priority.may_take(target, req.priority)
+                    got = await self.api.fetch(stream, target.name, 1 if pacer else left, budget) if may_take else []
                     if got and pacer is not None:
                         delay = pacer.delay_ns(got[0].msg.ts, got[0].size, time.monotonic_ns())
                         if delay:
@@ -185,7 +198,8 @@ class Pulls:
                         send_status(self.server, inbox, p.CONSUMER_DELETED)
                     return
                 if got:
-                    if not send_frames(self.server, inbox, frames(got, prefix, headers_only)):
+                    pin = priority.pin_headers(target, req.priority)
+                    if not send_frames(self.server, inbox, frames(got, prefix, headers_only, pin)):
                         return  # the deliveries stay pending and are redelivered after ack_wait, as in nats-server
                     last_sent = time.monotonic()
                     delivered += len(got)
@@ -224,6 +238,7 @@ class Pulls:
             raise
         finally:
             target.waiting -= 1
+            priority.left(target, req.priority)
             claims[key] -= left
             if claims[key] <= 0:
                 del claims[key]

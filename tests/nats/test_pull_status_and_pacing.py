@@ -8,7 +8,8 @@ messages an earlier request already claims. A push or pull consumer with `replay
 delivers with the gaps the messages were stored with, and one with `rate_limit_bps` no faster than
 its bits per second (past a burst of one message of the stream's max_msg_size); `pause_until`
 holds deliveries until then; a waiting pull hears `409 Server Shutdown` when the server stops; and
-`sample_freq` publishes an ack's metric. Pacing is checked as a lower bound on elapsed time, the
+`sample_freq` publishes an ack's metric; priority groups (overflow, prioritized, pinned_client) pick
+the request served. Pacing is checked as a lower bound on elapsed time, the
 semantic itself; no upper bound is asserted.
 """
 
@@ -247,3 +248,82 @@ def test_sampled_acks_publish_their_metric(url: str) -> None:
         "stream": "M", "consumer": "SAMPLED", "consumer_seq": 1, "stream_seq": 1, "deliveries": 1,
     }
     assert event["ack_time"] > 0
+
+
+async def _priority_groups(url: str) -> list[tuple[str, str]]:
+    """Pull requests against overflow, prioritized and pinned_client consumers: status or `message[+pin]`."""
+    nc = await nats.connect(url, max_reconnect_attempts=0)
+    try:
+        js = nc.jetstream(timeout=10)
+        await js.add_stream(name="G", subjects=["g.*"])
+        for _ in range(4):
+            await js.publish("g.a", b"x")
+        for name, policy in (("OV", "overflow"), ("PIN", "pinned_client"), ("PRI", "prioritized")):
+            await _create(nc, "G", {"durable_name": name, "ack_policy": "explicit", "priority_policy": policy, "priority_groups": ["A"]})
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox + ".>")
+        seen: list[tuple[str, str]] = []
+        pins: list[str] = []
+
+        async def ask(consumer: str, request: dict[str, Any]) -> None:
+            await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.G.{consumer}", orjson.dumps({"batch": 1, **request}), reply=f"{inbox}.{len(seen)}")
+            msg = await sub.next_msg(timeout=10)
+            headers = msg.headers or {}
+            if "Status" in headers:
+                seen.append((headers["Status"], headers.get("Description", "")))
+            else:
+                pin = headers.get("Nats-Pin-Id", "")
+                if pin:
+                    pins.append(pin)
+                seen.append(("message", "pinned" if pin else ""))
+
+        await ask("OV", {"no_wait": True})
+        await ask("OV", {"no_wait": True, "group": "B"})
+        await ask("OV", {"expires": NS, "group": "A", "min_pending": 5})
+        await ask("OV", {"expires": 2 * NS, "group": "A", "min_pending": 4})
+        await ask("OV", {"no_wait": True, "group": "A", "min_pending": 10})
+        await ask("OV", {"no_wait": True, "group": "A", "min_ack_pending": 1})
+        await ask("PRI", {"no_wait": True, "group": "A", "priority": 12})
+        await ask("PRI", {"no_wait": True, "group": "A", "priority": 3})
+        await ask("PIN", {"no_wait": True, "group": "A", "id": "bogus"})
+        await ask("PIN", {"no_wait": True, "group": "A"})
+        await ask("PIN", {"no_wait": True, "group": "A", "id": pins[0]})
+        await ask("PIN", {"no_wait": True, "group": "A"})
+        assert len(set(pins)) == 1, pins
+        # prioritized: of two waiting requests, the lower number takes the next message
+        await _create(nc, "G", {"durable_name": "PRI2", "ack_policy": "explicit", "priority_policy": "prioritized",
+                                "priority_groups": ["A"], "filter_subject": "g.p"})
+        waiting = {}
+        for token, level in (("low", 5), ("high", 1)):
+            waiting[token] = await nc.subscribe(nc.new_inbox())
+            request = {"batch": 1, "expires": 3 * NS, "group": "A", "priority": level}
+            await nc.publish("$JS.API.CONSUMER.MSG.NEXT.G.PRI2", orjson.dumps(request), reply=waiting[token].subject)
+        await nc.flush()
+        await js.publish("g.p", b"first")
+        nexts = {asyncio.ensure_future(s.next_msg(timeout=10)): token for token, s in waiting.items()}
+        done, pending = await asyncio.wait(nexts, return_when=asyncio.FIRST_COMPLETED)
+        for future in pending:
+            future.cancel()
+        first = next(iter(done))
+        seen.append(("message to", nexts[first] if not (first.result().headers or {}).get("Status") else "a status"))
+        return seen
+    finally:
+        await nc.close()
+
+
+def test_priority_groups(url: str) -> None:
+    assert asyncio.run(asyncio.wait_for(_priority_groups(url), 60)) == [
+        ("400", "Bad Request - Priority Group missing"),
+        ("400", "Bad Request - Invalid Priority Group"),
+        ("408", "Request Timeout"),  # overflow: min_pending 5 with 4 pending never takes one
+        ("message", ""),
+        ("404", "No Messages"),
+        ("message", ""),  # min_ack_pending 1: one is pending its ack
+        ("400", "Bad Request - Priority must be between 0 and 9"),
+        ("message", ""),
+        ("423", "Nats-Wrong-Pin-Id"),
+        ("message", "pinned"),
+        ("message", "pinned"),  # with the pin id
+        ("404", "No Messages"),  # without it, while the pin holds
+        ("message to", "high"),
+    ]
