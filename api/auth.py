@@ -16,8 +16,9 @@ they are by signing the nonce the NATS door sent in INFO (`sig`, ed25519 over th
 a user JWT must be issued by a preloaded account (or one of its signing keys, a scoped key giving
 its template's permissions), not be revoked, and its `src` must admit the client's address; a
 bearer JWT needs no signature unless the account disallows bearers. Failures are logged with
-nats-server's reasons and answered as `Authorization Violation`. Results are cached per credentials (bcrypt costs a fifth of a second), per config: a
-reload (`reload`) swaps the whole state, so a removed user is refused from the next request.
+nats-server's reasons and answered as `Authorization Violation`. Results are cached per credentials
+(bcrypt costs a fifth of a second; signed nonces differ per connection and are not cached), per
+config: a reload (`reload`) swaps the whole state, so a removed user is refused from the next request.
 Counterpart: server/auth.go.
 """
 
