@@ -46,7 +46,7 @@ class Gateway:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = warehouse.parent / f"gateway-{self.port}.log"
 
-    def start(self, timeout: float = 20.0) -> Gateway:
+    def start(self, timeout: float = 60.0) -> Gateway:
         cmd = [str(JETLAKE), "serve", "--warehouse", str(self.warehouse), "--port", str(self.port), *self.args]
         if self.nats_port:
             cmd += ["--nats-port", str(self.nats_port)]  # never the default 4222: parallel gateways must not collide
