@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from engine import errors
+from engine import encryption, errors
 from engine.accounts import limits as account_limits
 from engine.accounts.limits import UNLIMITED_LIMITS, AccountLimits
 from engine.errors import JetStreamError
@@ -34,6 +34,7 @@ from engine.consumers import Consumers
 from engine.config import StreamConfig, check_stream_config, check_stream_update, parse_stream_config, same_config
 from engine.flusher import ACKS, Flusher, FlushResult, FlushStats
 from engine.info import rfc3339, state_json
+from engine.keys import Keyring, MasterKey
 from engine.kv import KeyValueStores
 from engine.objects import ObjectStores
 from engine.pipeline import GroupCommit
@@ -66,6 +67,8 @@ class EngineOptions:
     max_unflushed_bytes: int = DEFAULT_MAX_LOG_BYTES  # per log: each stream's, the ack log
     max_unflushed_total: int = DEFAULT_MAX_TOTAL_BYTES  # every log of the gateway together
     limits: AccountLimits = UNLIMITED_LIMITS
+    key: MasterKey | None = field(default=None, repr=False)  # encryption at rest (engine/encryption.py)
+    prev_key: MasterKey | None = field(default=None, repr=False)  # nats-server's prev_key: re-wraps the keyring
 
 
 @dataclass
@@ -88,6 +91,7 @@ class JetStream:
         self.clock = clock or SystemClock()
         self.layout = Layout(warehouse, self.options.account)
         self._owner = OwnerLock(self.layout.owner_lock)
+        self.keyring: Keyring | None = None
         self._streams: dict[str, _Entry] = {}
         self._by_subject: dict[str, str | None] = {}
         self._lock = threading.RLock()
@@ -127,6 +131,7 @@ class JetStream:
     def open(self, start_flusher: bool = True) -> None:
         self._owner.acquire()
         try:
+            self.keyring = encryption.open_keyring(self.layout, self.options.key, self.options.prev_key, self.clock)
             self.layout.stream_configs.mkdir(parents=True, exist_ok=True)
             for path in sorted(self.layout.stream_configs.glob("*.json")):
                 self._load_stream(path)
@@ -169,7 +174,8 @@ class JetStream:
         config = check_stream_config(config)
         started = time.monotonic()
         tokens = record.get("partition_tokens", config.legacy_partition_tokens)
-        stream = self._new_stream(config, record["created"], record["stream_id"], tokens)
+        key_tokens = encryption.record_key_tokens(record)
+        stream = self._new_stream(config, record["created"], record["stream_id"], tokens, key_tokens)
         try:
             stream.recover()
         except Exception as exc:  # noqa: BLE001 - one bad stream must not keep the others from serving
@@ -179,7 +185,7 @@ class JetStream:
                 stream.store.close()
             except OSError:
                 pass  # what it read is dropped with it
-            stream = self._new_stream(config, record["created"], record["stream_id"], tokens)
+            stream = self._new_stream(config, record["created"], record["stream_id"], tokens, key_tokens)
             stream.unavailable = stream.failure = f"recovery failed: {type(exc).__name__}: {exc}"
             stream.recovered = False
         self._streams[config.name] = _Entry(stream)
@@ -188,25 +194,30 @@ class JetStream:
             config.name, stream.index.msgs, stream.index.last_seq, time.monotonic() - started,
         )
 
-    def _new_stream(self, config: StreamConfig, created: int, stream_id: str, partition_tokens: int) -> Stream:
-        store = self._new_store(config, stream_id, partition_tokens)
+    def _new_stream(self, config: StreamConfig, created: int, stream_id: str, partition_tokens: int,
+                    key_tokens: int | None = None) -> Stream:
+        store = self._new_store(config, stream_id, partition_tokens, key_tokens)
         stream = Stream(config, created, stream_id, store, self.clock, self.options.max_payload)
         stream.quota = self if self._limits.limits_bytes else None
         return stream
 
-    def _new_store(self, config: StreamConfig, stream_id: str, partition_tokens: int) -> StreamStore:
-        """A stream's store; `partition_tokens` is fixed when the stream is made (its table keeps its layout)."""
+    def _new_store(self, config: StreamConfig, stream_id: str, partition_tokens: int,
+                   key_tokens: int | None = None) -> StreamStore:
+        """A stream's store; `partition_tokens` is fixed when the stream is made (its table keeps its
+        layout), as is whether it is encrypted (`key_tokens` not None)."""
         if config.storage == "memory":
             return MemoryStore(partition_tokens)
         return DeltaStore(
             self.layout, config.name, stream_id, partition_tokens,
             self.options.sync_always, self.options.cache_bytes, self.backlog,
+            sealer=encryption.sealer(self.keyring, config.name, stream_id, key_tokens),
         )
 
     def _reload(self, stream: Stream) -> None:
         """Re-reads a stream from disk after a failed log write (the flusher calls it, holding its lock,
         so no commit of the stream is under way); its consumers drop what is gone."""
-        stream.reload(self._new_store(stream.config, stream.stream_id, stream.store.partitioner.tokens))
+        stream.reload(self._new_store(stream.config, stream.stream_id, stream.store.partitioner.tokens,
+                                      _key_tokens(stream)))
         with stream.lock:
             for consumer in stream.consumers.values():
                 gone = [s for s in consumer.state.pending if not stream.index.is_live(s)]
@@ -230,7 +241,9 @@ class JetStream:
                     return self._info(existing.stream), False
                 raise errors.stream_name_exists()
             self._check_overlap(config)
-            stream = self._new_stream(config, self.clock.now_ns(), uuid.uuid4().hex, config.partition_tokens)
+            sealed = self.keyring is not None and config.storage != "memory"
+            key_tokens = encryption.key_tokens(config) if sealed else None
+            stream = self._new_stream(config, self.clock.now_ns(), uuid.uuid4().hex, config.partition_tokens, key_tokens)
             if isinstance(stream.store, DeltaStore):
                 try:
                     stream.store.create()
@@ -282,6 +295,8 @@ class JetStream:
                 self._by_subject.clear()
                 self.layout.stream_config(name).unlink(missing_ok=True)
                 entry.stream.store.destroy()
+                if self.keyring is not None and _key_tokens(entry.stream) is not None:
+                    self.keyring.destroy_stream(entry.stream.stream_id)
                 self.flusher.forget(name)
         self._notify(name)  # waiting pulls and watches of the stream end now, not at their next timeout
 
@@ -352,7 +367,7 @@ class JetStream:
     def _write_config(self, stream: Stream) -> None:
         record = {
             "config": stream.config.to_json(), "created": stream.created_ns, "stream_id": stream.stream_id,
-            "partition_tokens": stream.store.partitioner.tokens,
+            "partition_tokens": stream.store.partitioner.tokens, **encryption.record_field(_key_tokens(stream)),
         }
         atomic_write(self.layout.stream_config(stream.name), orjson.dumps(record))
 
@@ -625,3 +640,9 @@ class JetStream:
 def _check_available(stream: Stream) -> None:
     if stream.unavailable is not None:
         raise errors.UnavailableError(f"stream {stream.name} is unavailable: {stream.unavailable}")
+
+
+def _key_tokens(stream: Stream) -> int | None:
+    """The key tokens of an encrypted stream; None for a plain one."""
+    sealer = getattr(stream.store, "sealer", None)
+    return None if sealer is None else sealer.keys.key_tokens

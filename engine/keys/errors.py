@@ -58,3 +58,7 @@ class ValueAuthenticationError(JetStreamError):
 
     def __init__(self, detail: str = "message authentication failed") -> None:
         super().__init__(500, ErrorCode.GENERAL, detail)
+
+
+class MissingMasterKeyError(KeyringError):
+    """The account has a keyring (its streams are encrypted) and no master key was given."""

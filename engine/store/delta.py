@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable, Transaction, WriterProperties
 from deltalake.exceptions import TableNotFoundError
 
+from engine.errors import JetStreamError
 from engine.index import MessageIndex
 from engine.seqset import SeqSet
 from engine.store import index_file
@@ -34,6 +35,7 @@ from engine.store.base import Recovered, Removal, StoredMessage
 from engine.store.commits import TableCommitter, ensure_table
 from engine.store.layout import (
     PARTITION_COLUMN,
+    SEALED_STREAM_SCHEMA,
     STREAM_SCHEMA,
     STREAM_TABLE_PROPERTIES,
     TOMBSTONE_SCHEMA,
@@ -43,6 +45,7 @@ from engine.store.layout import (
 )
 from engine.store.lease import commit_lease
 from engine.store.memory import MessageBuffer
+from engine.store.sealed import KIND_SEALED, Sealer
 from engine.store.table_reads import READ_AHEAD, READ_WINDOW_BYTES, TableReads
 from engine.store.wal import Record, WriteAheadLog
 
@@ -133,6 +136,7 @@ class DeltaStore:
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         backlog: Backlog | None = None,
         index_cache_bytes: int | None = None,
+        sealer: Sealer | None = None,
     ) -> None:
         self.layout = layout
         self.stream = stream
@@ -145,7 +149,9 @@ class DeltaStore:
         self._table = TableCommitter(self.table_path, "stream", sync_always)
         self._tombstones = TableCommitter(layout.tombstones_table, "tombstones", sync_always)
         self.buffer = MessageBuffer(cache_bytes)
-        self.reads = TableReads(self.table_path, self.partitioner, cache_bytes)
+        self.sealer = sealer  # an encrypted stream (sealed.py): the log and the table hold sealed values
+        self._unopened: dict[int, JetStreamError] = {}  # replayed messages whose values would not open
+        self.reads = TableReads(self.table_path, self.partitioner, cache_bytes, sealer.open if sealer else None)
         self.index_cache_bytes = index_cache_bytes or cache_bytes // 2
         self._snapshot_path = layout.index_snapshot(stream)
         self._snapshot_at = time.monotonic()
@@ -180,14 +186,16 @@ class DeltaStore:
         with commit_lease(self.layout.lease_file(self.table_path), timeout=LIFECYCLE_LEASE_TIMEOUT):
             shutil.rmtree(self.wal.directory, ignore_errors=True)
             shutil.rmtree(self.table_path, ignore_errors=True)
-            ensure_table(self.table_path, STREAM_SCHEMA, [PARTITION_COLUMN], STREAM_TABLE_PROPERTIES, self.sync_always)
+            schema = SEALED_STREAM_SCHEMA if self.sealer is not None else STREAM_SCHEMA
+            ensure_table(self.table_path, schema, [PARTITION_COLUMN], STREAM_TABLE_PROPERTIES, self.sync_always)
         ensure_table(self.layout.tombstones_table, TOMBSTONE_SCHEMA, None, TOMBSTONE_TABLE_PROPERTIES, self.sync_always)
 
     # -- the write path -----------------------------------------------------------------------
 
     def append(self, groups: list[RowGroup], removals: list[Removal]) -> None:
         groups = [g for g in groups if len(g)]
-        entries: list[tuple[int, bytes | memoryview]] = [g.encode() for g in groups]
+        encode = self.sealer.encode if self.sealer is not None else (lambda g: g.encode())
+        entries: list[tuple[int, bytes | memoryview]] = [encode(g) for g in groups]
         entries.extend((KIND_REMOVE, _encode_removal(r)) for r in removals)
         if not entries:
             return
@@ -228,7 +236,9 @@ class DeltaStore:
         messages = None
         last_msg_seq = self.buffer.flushed_upto
         if groups:
-            table = _to_table(groups)
+            if self.sealer is not None:
+                self.sealer.forget_upto(self.buffer.flushed_upto)
+            table = self.sealer.table(groups) if self.sealer is not None else _to_table(groups)
             last_msg_seq = groups[-1].last_seq
             live = index.live_mask(table.column("seq").to_numpy())
             messages = table.filter(pa.array(live)) if not live.all() else table
@@ -376,13 +386,33 @@ class DeltaStore:
     def load(self, seq: int, index: MessageIndex) -> StoredMessage | None:
         if not index.is_live(seq):
             return None
+        if seq in self._unopened:
+            raise self._unopened[seq]
         msg = self.buffer.get(seq)
         if msg is not None:
             return msg
         return self.reads.message(seq, index.subject_of(seq))
 
     def load_many(self, seqs: list[int], index: MessageIndex) -> dict[int, StoredMessage]:
-        """Live messages among `seqs` (ascending). Misses read the table a window ahead, for consumers."""
+        """Live messages among `seqs` (ascending). Misses read the table a window ahead, for consumers.
+
+        A message of an encrypted stream whose values do not open is left out and logged (a direct
+        get answers its error)."""
+        try:
+            return self._load_many(seqs, index)
+        except JetStreamError:
+            found = {}
+            for seq in seqs:
+                try:
+                    msg = self.load(seq, index)
+                except JetStreamError as exc:
+                    log.error("stream %s: message %d cannot be read: %s", self.stream, seq, exc.description)
+                    continue
+                if msg is not None:
+                    found[seq] = msg
+            return found
+
+    def _load_many(self, seqs: list[int], index: MessageIndex) -> dict[int, StoredMessage]:
         found: dict[int, StoredMessage] = {}
         misses: list[int] = []
         live = index.live_mask(np.array(seqs, np.int64)).tolist()
@@ -543,8 +573,8 @@ class DeltaStore:
         self, record: Record, flushed_seq: int, tomb_lsn: int, index: MessageIndex, since_ns: int, recovered: Recovered
     ) -> tuple[int, bool]:
         """Applies a log record; returns the last sequence it names and whether the tables hold it already."""
-        if record.kind in (KIND_ARROW, KIND_PACKED):
-            rows = decode(record.kind, record.payload)
+        if record.kind in (KIND_ARROW, KIND_PACKED, KIND_SEALED):
+            rows = self._decode(record)
             if rows.last_seq <= flushed_seq:
                 return rows.last_seq, True
             new = max(index.last_seq + 1 - rows.first_seq, 0)
@@ -571,6 +601,15 @@ class DeltaStore:
                 self._pending_removals.append((record.lsn, removal))
             return removal.last_seq, record.lsn <= tomb_lsn
         raise RuntimeError(f"unknown write-ahead log record kind {record.kind}")
+
+    def _decode(self, record: Record) -> RowGroup:
+        if record.kind != KIND_SEALED:
+            return decode(record.kind, record.payload)
+        if self.sealer is None:
+            raise RuntimeError(f"stream {self.stream}: its log holds encrypted records and no key was given")
+        rows, unopened = self.sealer.decode(record.payload)
+        self._unopened.update(unopened)
+        return rows
 
     # -- lifecycle ----------------------------------------------------------------------------
 

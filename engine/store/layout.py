@@ -37,6 +37,13 @@ STREAM_SCHEMA = pa.schema(
     ]
 )
 
+# An encrypted stream's table (engine/store/sealed.py): `data` and `headers` (the header map as JSON)
+# hold values sealed in engine/keys/cipher.py's layout, which Spark's `aes_decrypt(..., 'GCM')` reads;
+# `msg_id` (a header, so content) stays null. The other columns are the plain stream's.
+SEALED_STREAM_SCHEMA = pa.schema(
+    [pa.field("headers", pa.binary()) if f.name == "headers" else f for f in STREAM_SCHEMA]
+)
+
 TOMBSTONE_SCHEMA = pa.schema(
     [
         pa.field("stream", pa.string(), nullable=False),

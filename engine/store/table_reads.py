@@ -5,7 +5,9 @@ statistics); a file's Parquet footer is parsed once and its row groups chosen by
 statistics, so a read by sequence decodes one row group, found without a scan. Decoded row groups
 are kept in a byte-bounded LRU (a KV get after a restart costs no I/O the second time). The index
 (engine/index.py) reads its block details here: the `seq`, `subject`, `size` and `ts` columns of the
-rows in a range of sequences, without payloads. A file that a maintenance job replaced and vacuumed
+rows in a range of sequences, without payloads. An encrypted stream's reads open what they decode
+(`opener`, engine/store/sealed.py): decoded row groups hold plaintext, and a message whose values do
+not open answers its own error. A file that a maintenance job replaced and vacuumed
 meanwhile is met as missing: the file list is read again and the read retried once.
 Counterpart: the block loads of server/filestore.go (`loadMsgs`, `cacheLookup`).
 """
@@ -16,6 +18,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import Protocol
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
@@ -26,6 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
+from engine.errors import JetStreamError
 from engine.store.base import StoredMessage
 from engine.store.layout import PARTITION_COLUMN, STREAM_SCHEMA
 
@@ -38,10 +42,19 @@ _FILE_COLUMNS = [name for name in STREAM_SCHEMA.names if name != PARTITION_COLUM
 _INDEX_COLUMNS = ["seq", "subject", "size", "ts"]
 
 
+class Opened(Protocol):
+    table: pa.Table
+    errors: dict[int, JetStreamError]
+
+
+Opener = Callable[[pa.Table], Opened]  # sealed columns to plaintext (an encrypted stream's)
+
+
 class _Window:
     """Messages read from the table for a range of sequences, as Python columns: O(1) per message."""
 
-    def __init__(self, table: pa.Table) -> None:
+    def __init__(self, table: pa.Table, errors: dict[int, JetStreamError] | None = None) -> None:
+        self.errors = errors
         self.seqs = table.column("seq").to_numpy()
         self._positions = {int(s): i for i, s in enumerate(self.seqs.tolist())}
         self.subjects = table.column("subject").to_pylist()
@@ -54,6 +67,8 @@ class _Window:
         i = self._positions.get(seq)
         if i is None:
             return None
+        if self.errors and seq in self.errors:
+            raise self.errors[seq]
         headers = self.headers[i]
         return StoredMessage(self.subjects[i], seq, self.ts[i], self.data[i] or b"", dict(headers) if headers else None, self.msg_ids[i])
 
@@ -65,8 +80,9 @@ class _RowGroups:
     hold the sequence, and later reads in that group are dictionary lookups.
     """
 
-    def __init__(self, budget: int) -> None:
+    def __init__(self, budget: int, opener: Opener | None = None) -> None:
         self.budget = budget
+        self.opener = opener
         self._meta: dict[Path, tuple[pq.FileMetaData, np.ndarray, np.ndarray]] = {}
         self._groups: OrderedDict[tuple[Path, int], tuple[_Window, int]] = OrderedDict()
         self._bytes = 0
@@ -89,7 +105,12 @@ class _RowGroups:
                 self._groups.move_to_end(key)
                 return cached[0]
         table = pq.ParquetFile(path, metadata=meta).read_row_group(group, columns=_FILE_COLUMNS)
-        window = _Window(table)
+        if self.opener is not None:
+            opened = self.opener(table)
+            table = opened.table
+            window = _Window(table, opened.errors)
+        else:
+            window = _Window(table)
         with self._lock:
             self._groups[key] = (window, table.nbytes)
             self._bytes += table.nbytes
@@ -130,7 +151,8 @@ class TableReads:
     """The read side of one stream's table. Thread-safe: reads run under the stream's lock, the
     flusher marks the table changed from its own thread."""
 
-    def __init__(self, table_path: Path, partition_of: Callable[[str], str], cache_bytes: int) -> None:
+    def __init__(self, table_path: Path, partition_of: Callable[[str], str], cache_bytes: int,
+                 opener: Opener | None = None) -> None:
         self.table_path = table_path
         self.partition_of = partition_of
         self._files = _FileMap()
@@ -138,7 +160,8 @@ class TableReads:
         self._stale = True
         self._windows: list[tuple[int, int, _Window]] = []
         self._window_hint: tuple[int, int, _Window] | None = None
-        self._row_groups = _RowGroups(cache_bytes)
+        self._opener = opener
+        self._row_groups = _RowGroups(cache_bytes, opener)
 
     def changed(self) -> None:
         """A commit or a job changed the table: the file list is read again before the next read."""
@@ -255,8 +278,11 @@ class TableReads:
         since_us = since_ns // 1000
         last_file = int(np.argmax(files.max_seq))
         chosen = sorted(set(np.flatnonzero(files.max_ts >= since_us).tolist()) | {last_file})
-        parts = [pq.read_table(self.table_path / unquote(files.paths[i]), columns=["seq", "ts", "msg_id"]) for i in chosen]
+        columns = ["seq", "ts", "msg_id"] if self._opener is None else ["seq", "ts", "subject", "headers"]
+        parts = [pq.read_table(self.table_path / unquote(files.paths[i]), columns=columns) for i in chosen]
         table = _once_per_seq(pa.concat_tables(parts, promote_options="permissive").sort_by("seq"))
+        if self._opener is not None:  # the msg ids are in the sealed headers
+            table = self._opener(table).table
         if not table.num_rows:
             return [], None
         last_msg_id = table.column("msg_id")[-1].as_py()

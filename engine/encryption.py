@@ -1,0 +1,89 @@
+"""Encryption at rest as one account's engine uses it: the keyring at start, and which streams are sealed.
+
+With a master key (`jetstream { key, cipher }` of the server or the account, or $JETLAKE_KEY), the
+account's keyring (engine/keys/) is opened before any stream is recovered: the wrong key refuses the
+start with a message that says so, and nothing is written. An account whose keyring exists refuses
+to start without a key. Every file stream made while a key is given is encrypted (engine/store/sealed.py);
+its record says so (`encryption: {key_tokens}`), so it is opened sealed on every later start. A
+stream made before the account had a key stays plain (its table keeps its layout). A stream may
+declare in its metadata how many leading subject tokens select a data key (`jetlake.key_tokens`):
+destroying such a key erases every message under that prefix at once (crypto-shredding).
+Deleting an encrypted stream destroys its keys.
+Counterpart: server/jetstream.go (`jsKeyGen`, the `cipher` option) and server/stream.go's encrypted store setup.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from engine import errors
+from engine.clock import Clock
+from engine.config import StreamConfig
+from engine.keys import Keyring, MasterKey, MissingMasterKeyError, keyring_folder
+from engine.keys.master import KEY_ENV
+from engine.store.layout import Layout
+from engine.store.sealed import Sealer
+
+log = logging.getLogger(__name__)
+
+KEY_TOKENS_KEY = "jetlake.key_tokens"  # stream metadata: leading subject tokens that select a data key
+MAX_KEY_TOKENS = 16
+RECORD_FIELD = "encryption"
+
+
+def open_keyring(layout: Layout, master: MasterKey | None, previous: MasterKey | None, clock: Clock) -> Keyring | None:
+    """The account's keyring, or None when it has no key and no keyring.
+
+    Raises:
+        MissingMasterKeyError: the account has a keyring and no key was given; nothing was written.
+        WrongMasterKeyError, KeyringCorruptError: from `Keyring.open`; nothing was written.
+    """
+    folder = keyring_folder(layout.root)
+    if master is None:
+        if Keyring.exists(folder):
+            raise MissingMasterKeyError(
+                f"account {layout.account!r} is encrypted ({folder}) and no key was given: set `jetstream {{ key }}` "
+                f"in the config or ${KEY_ENV}; nothing was changed")
+        return None
+    keyring = Keyring.open(folder, layout.account, master, previous=previous, clock=clock)
+    log.info("account %s: encryption at rest on (keyring %s, key wrapping %s)", layout.account, folder, master.cipher)
+    return keyring
+
+
+def key_tokens(config: StreamConfig) -> int:
+    """The stream's `jetlake.key_tokens` (0: one data key per epoch for the whole stream)."""
+    text = (config.metadata or {}).get(KEY_TOKENS_KEY)
+    if text is None:
+        return 0
+    try:
+        tokens = int(text)
+    except ValueError:
+        tokens = -1
+    if not 0 <= tokens <= MAX_KEY_TOKENS:
+        raise errors.invalid_config(f"metadata {KEY_TOKENS_KEY} must be an integer from 0 to {MAX_KEY_TOKENS}")
+    return tokens
+
+
+def record_field(key_tokens: int | None) -> dict[str, Any]:
+    """What a stream's record says of its encryption (nothing for a plain stream)."""
+    return {} if key_tokens is None else {RECORD_FIELD: {"key_tokens": key_tokens}}
+
+
+def record_key_tokens(record: dict[str, Any]) -> int | None:
+    """The key tokens of an encrypted stream's record; None for a plain stream."""
+    found = record.get(RECORD_FIELD)
+    return None if found is None else int(found.get("key_tokens", 0))
+
+
+def sealer(keyring: Keyring | None, stream: str, stream_id: str, key_tokens: int | None) -> Sealer | None:
+    """The sealer of an encrypted stream (None for a plain one).
+
+    Raises:
+        MissingMasterKeyError: the stream is encrypted and the account has no key.
+    """
+    if key_tokens is None:
+        return None
+    if keyring is None:
+        raise MissingMasterKeyError(f"stream {stream} is encrypted and no key was given")
+    return Sealer(keyring.stream(stream_id, key_tokens))

@@ -1,0 +1,155 @@
+"""Encryption at rest in the engine: sealed log records and table columns, plaintext reads, restarts,
+wrong and missing keys, corrupted ciphertext reported per message."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+
+from engine import EngineOptions, JetStream, JetStreamError, ManualClock, PlainBatch, PubAck
+from engine.keys import MasterKey, MissingMasterKeyError, ValueAuthenticationError, WrongMasterKeyError
+from engine.messages import InboundMessage
+from engine.store.layout import SEALED_STREAM_SCHEMA
+
+KEY = MasterKey.from_config("engine-test-key-0123456789abcdef", "aes")
+WRONG = MasterKey.from_config("not-the-engine-key-0123456789abc", "aes")
+MARKER = b"Zq7-clear-marker"
+
+
+def open_engine(warehouse: Path, clock: ManualClock, key: MasterKey | None = KEY) -> JetStream:
+    engine = JetStream(warehouse, EngineOptions(key=key), clock=clock)
+    engine.open(start_flusher=False)
+    return engine
+
+
+@pytest.fixture
+def boxed(warehouse: Path, clock: ManualClock) -> Iterator[list[JetStream]]:
+    box = [open_engine(warehouse, clock)]
+    yield box
+    if box[0].opened:
+        box[0].close()
+
+
+def warehouse_bytes(warehouse: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(warehouse.rglob("*")) if p.is_file())
+
+
+def publish_markers(js: JetStream) -> None:
+    js.add_stream({"name": "ORDERS", "subjects": ["orders.>"]})
+    messages = [
+        InboundMessage(f"orders.{i % 3}", MARKER + b" payload %d" % i,
+                       {"Nats-Msg-Id": [f"id-{i}"], "X-Secret": [MARKER.decode() + f" header {i}"]})
+        for i in range(1, 6)
+    ]
+    assert all(isinstance(r, PubAck) for r in js.publish(messages))
+    answer = js.publish_batch(PlainBatch(["orders.9"] * 3, pa.array([MARKER + b" columnar %d" % i for i in range(3)])))
+    assert not isinstance(answer, list) or all(isinstance(r, PubAck) for r in answer)
+
+
+def assert_reads_plaintext(js: JetStream) -> None:
+    msg = js.get_message("ORDERS", 2)
+    assert msg.data == MARKER + b" payload 2"
+    assert msg.headers == {"Nats-Msg-Id": ["id-2"], "X-Secret": [MARKER.decode() + " header 2"]}
+    assert msg.msg_id == "id-2"
+    assert js.get_message("ORDERS", 7).data == MARKER + b" columnar 1"
+    found = js.stream("ORDERS").load_many(list(range(1, 9)))
+    assert [m.data.split(b" ")[-1] for m in found] == [b"1", b"2", b"3", b"4", b"5", b"0", b"1", b"2"]
+
+
+def test_log_and_table_hold_ciphertext_and_reads_give_plaintext(boxed: list[JetStream], warehouse: Path,
+                                                                clock: ManualClock) -> None:
+    js = boxed[0]
+    publish_markers(js)
+    assert any(js.layout.wal_dir("ORDERS").iterdir())
+    assert MARKER not in warehouse_bytes(warehouse)  # the log holds sealed records
+    assert_reads_plaintext(js)
+
+    js.close()  # a restart replays the sealed log
+    boxed[0] = js = open_engine(warehouse, clock)
+    assert_reads_plaintext(js)
+    assert js.publish_one("orders.1", b"again", {"Nats-Msg-Id": ["id-3"]}).duplicate  # ids from the sealed log
+
+    js.flusher.flush()
+    table = DeltaTable(str(js.layout.stream_table("ORDERS")))
+    assert table.schema().to_arrow().field("headers").type == SEALED_STREAM_SCHEMA.field("headers").type
+    rows = table.to_pyarrow_table()
+    assert rows.num_rows == 8 and rows.column("msg_id").null_count == 8
+    assert MARKER not in warehouse_bytes(warehouse)
+    assert_reads_plaintext(js)
+
+    js.close()  # a restart reads the sealed table (msg ids of the duplicate window from sealed headers)
+    boxed[0] = js = open_engine(warehouse, clock)
+    assert_reads_plaintext(js)
+    assert js.publish_one("orders.1", b"again", {"Nats-Msg-Id": ["id-4"]}).duplicate
+    js.add_consumer("ORDERS", {"durable_name": "C", "ack_policy": "explicit"})
+    delivered = js.fetch("ORDERS", "C", 10)
+    assert [d.msg.seq for d in delivered] == list(range(1, 9))
+    assert delivered[0].msg.headers["X-Secret"] == [MARKER.decode() + " header 1"]
+
+
+def test_kv_values_and_object_chunks_are_sealed(boxed: list[JetStream], warehouse: Path) -> None:
+    js = boxed[0]
+    js.kv.create({"bucket": "cfg", "history": 3})
+    js.kv.put("cfg", "db", MARKER + b" kv value")
+    js.objects.create({"bucket": "files"})
+    js.objects.put("files", "report", MARKER * 5000, chunk_size=4096)
+    js.flusher.flush()
+    assert MARKER not in warehouse_bytes(warehouse)
+    assert js.kv.get("cfg", "db").value == MARKER + b" kv value"
+    info = js.objects.info("files", "report")
+    assert b"".join(b"".join(batch) for batch in js.objects.read_batches(info, js.objects.chunk_seqs(info))) == MARKER * 5000
+
+
+def test_wrong_or_missing_key_refuses_and_changes_nothing(boxed: list[JetStream], warehouse: Path,
+                                                          clock: ManualClock) -> None:
+    publish_markers(boxed[0])
+    boxed[0].close()
+    before = {p: p.read_bytes() for p in sorted(warehouse.rglob("*")) if p.is_file()}
+    with pytest.raises(WrongMasterKeyError, match="does not open the keyring of account 'default'.*nothing was changed"):
+        open_engine(warehouse, clock, WRONG)
+    with pytest.raises(MissingMasterKeyError, match="no key was given.*nothing was changed"):
+        open_engine(warehouse, clock, None)
+    assert {p: p.read_bytes() for p in sorted(warehouse.rglob("*")) if p.is_file()} == before
+    boxed[0] = js = open_engine(warehouse, clock)  # the right key: everything as it was
+    assert_reads_plaintext(js)
+
+
+def test_a_corrupted_value_is_reported_for_its_message_and_the_stream_serves(
+        boxed: list[JetStream], warehouse: Path, clock: ManualClock) -> None:
+    js = boxed[0]
+    publish_markers(js)
+    js.flusher.flush()
+    js.close()
+    damaged = _flip_a_byte_of(js.layout.stream_table("ORDERS"), seq=4)
+    boxed[0] = js = open_engine(warehouse, clock)
+    with pytest.raises(ValueAuthenticationError) as raised:
+        js.get_message("ORDERS", 4)
+    assert isinstance(raised.value, JetStreamError) and raised.value.to_dict()["code"] == 500
+    assert "authentication failed" in raised.value.description
+    assert js.get_message("ORDERS", 2).data == MARKER + b" payload 2"
+    assert js.get_message("ORDERS", 5).data == MARKER + b" payload 5"  # the same row group as the damaged one
+    js.add_consumer("ORDERS", {"durable_name": "C", "ack_policy": "explicit"})
+    assert [d.msg.seq for d in js.fetch("ORDERS", "C", 10)] == [s for s in range(1, 9) if s != 4]
+    assert isinstance(js.publish_one("orders.1", b"after"), PubAck)
+    assert damaged.exists()
+
+
+def _flip_a_byte_of(table: Path, seq: int) -> Path:
+    """Rewrites the data file holding `seq` with one ciphertext byte of that message flipped."""
+    for path in table.rglob("*.parquet"):
+        rows = pq.read_table(path)
+        seqs = rows.column("seq").to_pylist()
+        if seq in seqs:
+            data = rows.column("data").to_pylist()
+            value = bytearray(data[seqs.index(seq)])
+            value[20] ^= 0x01
+            data[seqs.index(seq)] = bytes(value)
+            rows = rows.set_column(rows.column_names.index("data"), "data", pa.array(data, pa.binary()))
+            pq.write_table(rows, path)
+            return path
+    raise AssertionError(f"no file holds seq {seq}")
