@@ -37,6 +37,8 @@ from engine import EngineOptions
 from engine.accounts.config import ConfigError, ServerConfig
 from engine.accounts.config import load as load_config
 from engine.accounts.registry import Accounts
+from engine.encryption import master_keys
+from engine.keys import KeyringError
 from engine.jetstream import DEFAULT_FLUSH_BYTES, DEFAULT_FLUSH_INTERVAL
 from engine.store.backlog import DEFAULT_MAX_LOG_BYTES, DEFAULT_MAX_TOTAL_BYTES
 from engine.store.layout import DEFAULT_ACCOUNT
@@ -76,6 +78,8 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config) if args.config else ServerConfig.open()
         tls = tls_settings(config.tls, args.tls_cert, args.tls_key, args.tls_ca, args.tls_verify, args.tls_map)
+        for account in config.accounts.values():
+            master_keys(config.jetstream, account)  # an empty key or an unknown cipher is a config error
     except (ConfigError, ValueError) as exc:
         print(f"jetlake: {exc}", file=sys.stderr)
         return 2
@@ -108,7 +112,7 @@ def _serve(args: argparse.Namespace) -> int:
         # Publishing allocates many short-lived objects; collecting less often keeps the GC off the hot path.
         gc.freeze()
         gc.set_threshold(50_000, 50, 100)
-    except OwnerLockedError as exc:
+    except (OwnerLockedError, KeyringError) as exc:  # a wrong or missing key: nothing was written
         print(f"jetlake: {exc}", file=sys.stderr)
         return 2
     log.info(
@@ -259,6 +263,9 @@ def _jobs_run(args: argparse.Namespace) -> int:
     names = list(JOBS) if args.job == "all" else [args.job]
     accounts = [args.account] if args.account else account_names(args.warehouse) or [DEFAULT_ACCOUNT]
     options = _job_options(args)
+    keyrings = {account: _keyring(args, Layout(args.warehouse, account)) for account in accounts}
+    if any(k is False for k in keyrings.values()):
+        return 2  # a wrong key refuses the run before Spark starts
     spark = spark_session(args.master, app_name=f"jetlake-jobs-{args.job}")
     status = 0
     try:
@@ -350,9 +357,13 @@ def _sql(args: argparse.Namespace) -> int:
     from jobs.spark import spark_session
     from jobs.sql import register_views
 
+    layout = Layout(args.warehouse, args.account)
+    keyring = _keyring(args, layout)
+    if keyring is False:
+        return 2
     spark = spark_session(args.master, app_name="jetlake-sql")
     try:
-        register_views(spark, Layout(args.warehouse, args.account))
+        register_views(spark, layout, keyring)
         try:
             df = spark.sql(args.query)
             columns = list(df.columns)
@@ -364,6 +375,21 @@ def _sql(args: argparse.Namespace) -> int:
     finally:
         spark.stop()
     return 0
+
+
+def _keyring(args: argparse.Namespace, layout: Any) -> Any:
+    """The account's keyring for a Spark command (`--config`'s `jetstream { key }`, else $JETLAKE_KEY):
+    None when the account has none or no key is given; False (after saying why) when the key is wrong."""
+    from engine.accounts.config import AccountConfig
+    from engine.encryption import existing_keyring
+
+    try:
+        config = load_config(args.config) if args.config else ServerConfig.open()
+        account = config.accounts.get(layout.account) or AccountConfig(layout.account)
+        return existing_keyring(layout, master_keys(config.jetstream, account)[0])
+    except (ConfigError, ValueError, KeyringError) as exc:
+        print(f"jetlake: {exc}", file=sys.stderr)
+        return False
 
 
 def _ask_gateway_to_flush(gateway: str, token: str | None = None) -> None:
@@ -512,6 +538,7 @@ def build_parser() -> argparse.ArgumentParser:
     _spark_options(run)
     run.add_argument("--account", default=None, help="only this account (default: every account of the warehouse)")
     _vacuum_option(run)
+    run.add_argument("--config", default=None, metavar="FILE", help="the gateway's config file (its encryption keys)")
     run.set_defaults(func=_jobs_run)
 
     scheduler = commands.add_parser("scheduler", help="run the maintenance jobs on intervals")
@@ -537,6 +564,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="gateway to flush first, so every acknowledged message is in the tables")
     sql.add_argument("--no-flush", action="store_true", help="do not ask a gateway to flush first")
     sql.add_argument("--account", default=DEFAULT_ACCOUNT, help="the account whose streams are the tables (default: default)")
+    sql.add_argument("--config", default=None, metavar="FILE",
+                     help="the gateway's config file: with its `jetstream { key }` encrypted streams are decrypted")
     sql.add_argument("--token", default=None,
                      help="bearer token for the gateway's flush (default $JETLAKE_TOKEN); it flushes that user's account")
     sql.set_defaults(func=_sql)

@@ -15,9 +15,12 @@ Counterpart: server/jetstream.go (`jsKeyGen`, the `cipher` option) and server/st
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Mapping
 from typing import Any
 
 from engine import errors
+from engine.accounts.config import AccountConfig, JetStreamConfig
 from engine.clock import Clock
 from engine.config import StreamConfig
 from engine.keys import Keyring, MasterKey, MissingMasterKeyError, keyring_folder
@@ -30,6 +33,24 @@ log = logging.getLogger(__name__)
 KEY_TOKENS_KEY = "jetlake.key_tokens"  # stream metadata: leading subject tokens that select a data key
 MAX_KEY_TOKENS = 16
 RECORD_FIELD = "encryption"
+
+
+def master_keys(server: JetStreamConfig, account: AccountConfig,
+                environ: Mapping[str, str] = os.environ) -> tuple[MasterKey | None, MasterKey | None]:
+    """An account's master key and previous key: its own `jetstream { key }`, else the server's, else
+    $JETLAKE_KEY (with $JETLAKE_CIPHER); (None, None) when none is given.
+
+    Raises:
+        ValueError: an empty key or an unknown cipher.
+    """
+    if account.key is not None:
+        key, prev_key, cipher = account.key, account.prev_key, account.cipher or server.cipher
+    elif server.key is not None:
+        key, prev_key, cipher = server.key, server.prev_key, server.cipher
+    else:
+        return MasterKey.from_environment(environ), None
+    previous = MasterKey.from_config(prev_key, cipher) if prev_key else None
+    return MasterKey.from_config(key, cipher), previous
 
 
 def open_keyring(layout: Layout, master: MasterKey | None, previous: MasterKey | None, clock: Clock) -> Keyring | None:
@@ -87,3 +108,16 @@ def sealer(keyring: Keyring | None, stream: str, stream_id: str, key_tokens: int
     if keyring is None:
         raise MissingMasterKeyError(f"stream {stream} is encrypted and no key was given")
     return Sealer(keyring.stream(stream_id, key_tokens))
+
+
+def existing_keyring(layout: Layout, master: MasterKey | None) -> Keyring | None:
+    """The account's keyring for a job or `jetlake sql`: opened when it exists and a key is given, never
+    created or re-keyed (that is the gateway's start).
+
+    Raises:
+        WrongMasterKeyError, KeyringCorruptError: from `Keyring.open`; nothing was written.
+    """
+    folder = keyring_folder(layout.root)
+    if master is None or not Keyring.exists(folder):
+        return None
+    return Keyring.open(folder, layout.account, master)

@@ -129,9 +129,10 @@ class JetStream:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def open(self, start_flusher: bool = True) -> None:
+        # Before the owner lock: a wrong or missing key refuses the start without writing a byte.
+        self.keyring = encryption.open_keyring(self.layout, self.options.key, self.options.prev_key, self.clock)
         self._owner.acquire()
         try:
-            self.keyring = encryption.open_keyring(self.layout, self.options.key, self.options.prev_key, self.clock)
             self.layout.stream_configs.mkdir(parents=True, exist_ok=True)
             for path in sorted(self.layout.stream_configs.glob("*.json")):
                 self._load_stream(path)

@@ -26,6 +26,14 @@ Each KV bucket (a stream `KV_<bucket>` with subjects `$KV.<bucket>.>`) also gets
 purge marker (header `KV-Operation: DEL|PURGE`); columns `bucket, key, revision, created, value, text`.
 (Spark's view names are case-insensitive, so `kv_<bucket>` would collide with the stream's view.)
 
+An encrypted stream (engine/store/sealed.py: `data` and `headers` sealed, `msg_id` in the sealed
+headers) is decrypted in its view for a key holder: `register_views(..., keyring=)` registers the
+stream's live data keys as an in-memory view (`_jetlake_keys_<stream id>`, broadcast to the tasks, so
+no key lands in a shuffle file) and the stream's view opens each value with Spark's built-in
+`try_aes_decrypt(..., 'GCM', 'DEFAULT', aad)`: the same columns as a plain stream's, NULL `data` for
+a value whose key was destroyed or that fails authentication. Without the keyring the view shows the
+ciphertext (`data`, and `headers` as binary), `text` is NULL, and a KV bucket's values view is not made.
+
 The views are SQL views over `delta.`<path>``: each query reads the tables' latest versions, so a
 session registered once keeps seeing new flushes and the jobs' rewrites. What is still in the
 gateway's write-ahead log is not in a table yet: `jetlake sql` first asks the gateway to flush
@@ -42,6 +50,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from engine.keys import Keyring, sql_decrypt, sql_key_ref
 from engine.store.layout import Layout
 
 log = logging.getLogger("jetlake.sql")
@@ -49,14 +58,18 @@ log = logging.getLogger("jetlake.sql")
 KV_PREFIX = "KV_"
 KV_VIEW = "kv_{bucket}_values"
 STREAM_COLUMNS = "s.seq, s.subject, s.ts, s.msg_id, s.headers, s.data, CAST(s.data AS STRING) AS text, s.size"
+SEALED_COLUMNS = "s.seq, s.subject, s.ts, s.msg_id, s.headers, s.data, CAST(NULL AS STRING) AS text, s.size"
+KEYS_VIEW = "_jetlake_keys_{stream_id}"
+HEADERS_TYPE = "map<string,array<string>>"
 
 
-def register_views(spark: SparkSession, warehouse: str | Path | Layout) -> list[str]:
+def register_views(spark: SparkSession, warehouse: str | Path | Layout, keyring: Keyring | None = None) -> list[str]:
     """Registers a temporary view per stream (and per KV bucket) of `warehouse` in `spark`.
 
     Args:
         spark: a session with Delta configured (`jobs.spark.spark_session()` makes one).
         warehouse: the warehouse folder (or a `Layout` of it, for another account).
+        keyring: the account's open keyring: encrypted streams' views decrypt (see above).
 
     Returns:
         The names of the views registered, streams first (sorted), then KV buckets. A warehouse with
@@ -80,9 +93,22 @@ def register_views(spark: SparkSession, warehouse: str | Path | Layout) -> list[
         if name.lower() in taken:
             log.warning("stream %s: Spark's view names ignore case and %s is taken; no view", name, name.lower())
             continue
-        spark.sql(_stream_view_sql(name, table, str(record["stream_id"]), int(config.get("max_age") or 0), tombstones))
+        stream_id, max_age = str(record["stream_id"]), int(config.get("max_age") or 0)
+        encrypted = "encryption" in record
+        if encrypted and keyring is not None:
+            keys_view = KEYS_VIEW.format(stream_id=stream_id)
+            keys = keyring.stream(stream_id, int(record["encryption"].get("key_tokens", 0))).sql_keys()
+            spark.createDataFrame(keys, "key_ref binary, key binary").createOrReplaceTempView(keys_view)
+            spark.sql(_decrypted_view_sql(name, table, stream_id, max_age, tombstones, keys_view))
+        else:
+            if encrypted:
+                log.warning("stream %s is encrypted and no key was given: its view shows ciphertext", name)
+            columns = SEALED_COLUMNS if encrypted else STREAM_COLUMNS
+            spark.sql(_stream_view_sql(name, table, stream_id, max_age, tombstones, columns))
         taken.add(name.lower())
         names.append(name)
+        if encrypted and keyring is None:
+            continue  # no values view over ciphertext
         if name.startswith(KV_PREFIX) and len(name) > len(KV_PREFIX):
             buckets.append((name, name[len(KV_PREFIX):]))
     for stream, bucket in buckets:
@@ -124,18 +150,44 @@ def _string(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _stream_view_sql(name: str, table: Path, stream_id: str, max_age_ns: int, tombstones: str | None) -> str:
-    source = f"delta.{_ident(str(table))}"
-    sql = f"CREATE OR REPLACE TEMPORARY VIEW {_ident(name)} AS SELECT "
+def _stream_view_sql(name: str, table: Path, stream_id: str, max_age_ns: int, tombstones: str | None,
+                     columns: str = STREAM_COLUMNS) -> str:
+    return f"CREATE OR REPLACE TEMPORARY VIEW {_ident(name)} AS " + _live_rows_sql(
+        table, stream_id, max_age_ns, tombstones, columns)
+
+
+def _decrypted_view_sql(name: str, table: Path, stream_id: str, max_age_ns: int, tombstones: str | None,
+                        keys_view: str) -> str:
+    """An encrypted stream's view: the rows joined to their data key (by the key reference every sealed
+    value starts with), opened with Spark's `try_aes_decrypt`, in a plain stream's columns."""
+    data = sql_decrypt("s.data", "k.key", stream_id, "data", subject_sql="s.subject")
+    headers = sql_decrypt("s.headers", "k.key", stream_id, "headers", subject_sql="s.subject")
+    columns = (f"s.seq, s.subject, s.ts, from_json(CAST({headers} AS STRING), '{HEADERS_TYPE}') AS headers, "
+               f"{data} AS data, s.size")
+    join = f"LEFT JOIN {_ident(keys_view)} k ON {sql_key_ref('s.data')} = k.key_ref"
+    inner = _live_rows_sql(table, stream_id, max_age_ns, tombstones, columns, join, hint="BROADCAST(k)")
+    return (
+        f"CREATE OR REPLACE TEMPORARY VIEW {_ident(name)} AS SELECT seq, subject, ts, "
+        "try_element_at(try_element_at(headers, 'Nats-Msg-Id'), 1) AS msg_id, headers, data, "
+        f"CAST(data AS STRING) AS text, size FROM ({inner})"
+    )
+
+
+def _live_rows_sql(table: Path, stream_id: str, max_age_ns: int, tombstones: str | None, columns: str,
+                   join: str = "", hint: str = "") -> str:
+    """The SELECT of a stream's rows that are not tombstoned nor older than `max_age`."""
+    source = f"delta.{_ident(str(table))} s {join}".rstrip()
+    hints = [h for h in (hint, "BROADCAST(t)" if tombstones is not None else "") if h]
+    sql = f"SELECT /*+ {', '.join(hints)} */ " if hints else "SELECT "
     if tombstones is not None:
         # Tombstones are few (the retention job applies and removes them): broadcast them to every task.
         sql += (
-            f"/*+ BROADCAST(t) */ {STREAM_COLUMNS} FROM {source} s LEFT ANTI JOIN "
+            f"{columns} FROM {source} LEFT ANTI JOIN "
             f"(SELECT first_seq, last_seq FROM delta.{_ident(tombstones)} WHERE stream_id = {_string(stream_id)}) t "
             "ON s.seq BETWEEN t.first_seq AND t.last_seq"
         )
     else:
-        sql += f"{STREAM_COLUMNS} FROM {source} s"
+        sql += f"{columns} FROM {source}"
     if max_age_ns > 0:
         # current_timestamp() is fixed per query: the cut-off is the query's start, as a read's `now`.
         sql += f" WHERE unix_micros(s.ts) >= unix_micros(current_timestamp()) - {max_age_ns // 1000}"

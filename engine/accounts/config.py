@@ -74,6 +74,9 @@ class AccountConfig:
     name: str
     jetstream: AccountLimits | None = None  # None: JetStream is off for the account
     default_permissions: Permissions | None = None
+    key: str | None = field(default=None, repr=False)  # the account's own `jetstream { key, cipher }`
+    prev_key: str | None = field(default=None, repr=False)
+    cipher: str | None = None
 
 
 @dataclass(frozen=True)
@@ -344,21 +347,22 @@ class _Processor:
         limits: AccountLimits | None = None
         defaults: Permissions | None = None
         users: list[tuple[User, Token]] = []
+        encryption: dict[str, str | None] = {}
         for key, value in self.r.entries(token, f"account {name}"):
             if key == "users":
                 users = self.user_reader.users(value, name)
             elif key == "default_permissions":
                 defaults = self.user_reader.permissions(value)
             elif key == "jetstream":
-                limits = self._account_jetstream(value)
+                limits = self._account_jetstream(value, encryption)
             elif key in _IGNORED_ACCOUNT:
                 self.r.ignored(value, key)
             else:
                 self.r.unknown(value, key, f"parsing account {name}")
-        self.accounts[name] = AccountConfig(name, limits, defaults)
+        self.accounts[name] = AccountConfig(name, limits, defaults, **encryption)  # type: ignore[arg-type]
         self.users += users
 
-    def _account_jetstream(self, token: Token) -> AccountLimits | None:
+    def _account_jetstream(self, token: Token, encryption: dict[str, str | None]) -> AccountLimits | None:
         value = token.value
         if isinstance(value, bool):
             return UNLIMITED_LIMITS if value else None
@@ -391,7 +395,7 @@ class _Processor:
                     fields["max_bytes_required"] = flag
             elif key == "cluster_traffic":
                 self.r.ignored(item, key)
-            else:
+            elif not self._encryption_option(key, item, encryption):
                 self.r.unknown(item, key)
         return AccountLimits(**fields)  # type: ignore[arg-type]
 
@@ -416,15 +420,8 @@ class _Processor:
                 kept["max_memory_store"] = self.r.storage_size(item, "max_mem_store")
             elif key in ("max_file_store", "max_file"):
                 kept["max_file_store"] = self.r.storage_size(item, "max_file_store")
-            elif key in ("key", "ek", "encryption_key"):
-                kept["key"] = self.r.string(item, key)
-            elif key in ("prev_key", "prev_ek", "prev_encryption_key"):
-                kept["prev_key"] = self.r.string(item, key)
-            elif key == "cipher":
-                cipher = self.r.string(item, key)
-                if cipher is not None and cipher.lower() not in ("chacha", "chachapoly", "aes"):
-                    self.r.error(item, f"Unknown cipher type: {cipher!r}")
-                kept["cipher"] = cipher.lower() if cipher else None
+            elif self._encryption_option(key, item, kept):
+                pass
             elif key in ("enable", "enabled"):
                 if self.r.boolean(item, key) is False:
                     self.r.error(item, "JetLake is JetStream: the jetstream block cannot disable it")
@@ -433,6 +430,22 @@ class _Processor:
             else:
                 self.r.unknown(item, key)
         self.jetstream = JetStreamConfig(**kept)  # type: ignore[arg-type]
+
+    def _encryption_option(self, key: str, item: Token, kept: dict[str, object]) -> bool:
+        """`key`, `prev_key` and `cipher` of a `jetstream {}` block (the server's or an account's, JetLake's
+        extension); False for any other option."""
+        if key in ("key", "ek", "encryption_key"):
+            kept["key"] = self.r.string(item, key)
+        elif key in ("prev_key", "prev_ek", "prev_encryption_key"):
+            kept["prev_key"] = self.r.string(item, key)
+        elif key == "cipher":
+            cipher = self.r.string(item, key)
+            if cipher is not None and cipher.lower() not in ("chacha", "chachapoly", "aes"):
+                self.r.error(item, f"Unknown cipher type: {cipher!r}")
+            kept["cipher"] = cipher.lower() if cipher else None
+        else:
+            return False
+        return True
 
     def _tls(self, token: Token) -> None:
         kept: dict[str, object] = {}

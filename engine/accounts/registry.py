@@ -21,6 +21,7 @@ from pathlib import Path
 from engine.accounts.config import AccountConfig, ServerConfig
 from engine.accounts.limits import not_enabled
 from engine.clock import Clock
+from engine.encryption import master_keys
 from engine.jetstream import EngineOptions, JetStream
 from engine.store.backlog import Backlog
 
@@ -76,7 +77,9 @@ class Accounts:
     def _open_engine(self, account: AccountConfig) -> JetStream | None:
         if account.jetstream is None:
             return None
-        options = dataclasses.replace(self.options, account=account.name, limits=account.jetstream)
+        key, prev_key = master_keys(self.config.jetstream, account)
+        options = dataclasses.replace(self.options, account=account.name, limits=account.jetstream, key=key,
+                                      prev_key=prev_key)
         engine = JetStream(self.warehouse, options, clock=self.clock, backlog=self.backlog)
         engine.open(start_flusher=self._start_flusher)
         log.info("account %s: JetStream open on %s", account.name, engine.layout.root)
