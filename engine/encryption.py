@@ -17,16 +17,19 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine import errors
 from engine.accounts.config import AccountConfig, JetStreamConfig
 from engine.clock import Clock
 from engine.config import StreamConfig
-from engine.keys import Keyring, MasterKey, MissingMasterKeyError, keyring_folder
+from engine.keys import Keyring, MasterKey, MissingMasterKeyError, key_prefix_of_filter, keyring_folder
 from engine.keys.master import KEY_ENV
 from engine.store.layout import Layout
 from engine.store.sealed import Sealer
+
+if TYPE_CHECKING:
+    from engine.stream import Stream
 
 log = logging.getLogger(__name__)
 
@@ -121,3 +124,25 @@ def existing_keyring(layout: Layout, master: MasterKey | None) -> Keyring | None
     if master is None or not Keyring.exists(folder):
         return None
     return Keyring.open(folder, layout.account, master)
+
+
+def shred(stream: Stream, filter_: str) -> dict[str, Any] | None:
+    """Crypto-shredding after an erasure by filter (the caller holds the stream's lock and has removed
+    the matching messages): destroys every epoch's data key of the one subject prefix the filter
+    selects (`key_prefix_of_filter`), when no live message under that prefix is left, so none that the
+    request did not name becomes unreadable. The bytes the key protected, in the log, the table and
+    any copy, are unreadable from then on; the erase job removes them later as for any erasure.
+
+    Returns what the request records of it (`key_destroyed`, the time in ns, and how many keys), or
+    None when the stream has no key per prefix or the filter selects none alone.
+    """
+    sealer = getattr(stream.store, "sealer", None)
+    if sealer is None or not sealer.keys.key_tokens:
+        return None
+    prefix = key_prefix_of_filter(filter_, sealer.keys.key_tokens)
+    if prefix is None or len(stream.index.live_seqs([prefix, f"{prefix}.>"])):
+        return None
+    destroyed = sealer.keys.destroy_prefix(prefix)
+    stream.store.mark_table_changed()  # no plaintext of the prefix stays in the decoded row groups
+    log.info("stream %s: crypto-shredding destroyed %d data key(s) of one subject prefix", stream.name, len(destroyed))
+    return {"key_destroyed": stream.clock.now_ns(), "keys_destroyed": len(destroyed)}

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from engine import errors
+from engine import encryption, errors
 from engine.buckets import Buckets
 from engine.errors import ErrorCode, JetStreamError
 from engine.index import seq_ranges
@@ -187,7 +187,20 @@ class ErasureRegistry:
             seqs.update(buffer.matching(subjects))
             live = [stream.index.live_seqs(f) for f in (*subjects.literals, *subjects.wildcards)]
             found = np.unique(np.concatenate([np.fromiter(seqs, np.int64, len(seqs)), *live]))
-            return self._queue_and_remove(stream, found, by)
+            answer = self._queue_and_remove(stream, found, by)
+            if by == "filter":
+                self._shred(stream, filters[0], answer)
+            return answer
+
+    def _shred(self, stream: Stream, filter_: str, answer: dict[str, Any]) -> None:
+        """Crypto-shredding (engine/encryption.py): when the filter selects a key prefix of an encrypted
+        stream, its key goes now, and the request records when, beside the erase job's receipt."""
+        shredded = encryption.shred(stream, filter_)
+        record = fmt.read_request(self.layout, answer["id"]) if shredded is not None else None
+        if shredded is None or record is None:
+            return
+        fmt.write_request(self.layout, {**record, **shredded})
+        answer["key_destroyed"] = rfc3339(shredded["key_destroyed"])
 
     def _from_table(
         self,
@@ -249,6 +262,8 @@ class ErasureRegistry:
             "messages": record["messages"],
             "requested": rfc3339(record["requested"]),
         }
+        if record.get("key_destroyed"):
+            out["key_destroyed"] = rfc3339(record["key_destroyed"])
         if record.get("completed"):
             out["completed"] = rfc3339(record["completed"])
         if record.get("receipt") is not None:
