@@ -158,6 +158,22 @@ class StreamKeys:
         aads = associated_data_batch(self.stream_id, seqs, field, None if field == SUBJECT else subjects)
         return seal_batch(per_row, self._nonces.take(len(payloads)), payloads, aads)
 
+    def seal_values(self, field: str, seqs: Sequence[int], subjects: Sequence[str],
+                    payloads: Sequence[bytes | None]) -> list[bytes | None]:
+        """Seals a few values one by one, for a small group that builds no Arrow array (a single
+        publish); the same layout as `seal_batch`, a None payload stays None."""
+        prefixes = [key_prefix(s, self.key_tokens) for s in subjects] if self.key_tokens else [""] * len(subjects)
+        keys = self.data_keys(set(prefixes))
+        nonces = self._nonces.take(len(payloads)).tobytes()
+        out: list[bytes | None] = []
+        for i, (seq, subject, prefix, payload) in enumerate(zip(seqs, subjects, prefixes, payloads)):
+            if payload is None:
+                out.append(None)
+                continue
+            aad = associated_data(self.stream_id, seq, field, "" if field == SUBJECT else subject)
+            out.append(seal(keys[prefix], nonces[i * 12 : i * 12 + 12], payload, aad))
+        return out
+
     def open_batch(self, field: str, seqs: Sequence[int], subjects: Sequence[str] | None,
                    values: Payloads) -> OpenedBatch:
         """Opens one field of many messages; failures are reported per message."""

@@ -45,7 +45,7 @@ from engine.store.layout import (
 )
 from engine.store.lease import commit_lease
 from engine.store.memory import MessageBuffer
-from engine.store.sealed import KIND_SEALED, Sealer
+from engine.store.sealed import SEALED_KINDS, Sealer
 from engine.store.table_reads import READ_AHEAD, READ_WINDOW_BYTES, TableReads
 from engine.store.wal import Record, WriteAheadLog
 
@@ -573,7 +573,7 @@ class DeltaStore:
         self, record: Record, flushed_seq: int, tomb_lsn: int, index: MessageIndex, since_ns: int, recovered: Recovered
     ) -> tuple[int, bool]:
         """Applies a log record; returns the last sequence it names and whether the tables hold it already."""
-        if record.kind in (KIND_ARROW, KIND_PACKED, KIND_SEALED):
+        if record.kind in (KIND_ARROW, KIND_PACKED, *SEALED_KINDS):
             rows = self._decode(record)
             if rows.last_seq <= flushed_seq:
                 return rows.last_seq, True
@@ -603,11 +603,11 @@ class DeltaStore:
         raise RuntimeError(f"unknown write-ahead log record kind {record.kind}")
 
     def _decode(self, record: Record) -> RowGroup:
-        if record.kind != KIND_SEALED:
+        if record.kind not in SEALED_KINDS:
             return decode(record.kind, record.payload)
         if self.sealer is None:
             raise RuntimeError(f"stream {self.stream}: its log holds encrypted records and no key was given")
-        rows, unopened = self.sealer.decode(record.payload)
+        rows, unopened = self.sealer.decode(record.kind, record.payload)
         self._unopened.update(unopened)
         return rows
 

@@ -6,15 +6,18 @@ as JSON) sealed with its data keys, in engine/keys/cipher.py's layout that Spark
 partition stay plain, so the index, pruning, retention and erasure work on them as on a plain stream.
 The ack table and the tombstones hold sequences, names and reasons only, so they stay as they are.
 
-The read buffer holds plaintext. A group of messages is sealed once, when the log appends it (one
-`KIND_SEALED` record: the sealed batch's Arrow IPC), and the flusher commits that same sealed batch to
-the table. Reads open what they decode; a value that cannot be opened (its key destroyed, or bytes
+The read buffer holds plaintext. A group of messages is sealed once, when the log appends it, and the
+flusher commits those same sealed values to the table: a large group as one Arrow batch (a
+`KIND_SEALED` record, its IPC), a small one (a single publish) as lists in a packed record
+(`KIND_SEALED_PACKED`, rows.py's small layout with sealed values), made a batch only at the flush, so
+a single publish pays no Arrow batch. Reads open what they decode; a value that cannot be opened (its key destroyed, or bytes
 that fail authentication) is reported for its message only (`Opened.errors`), and the others serve.
 Counterpart: the encrypted message blocks of server/filestore.go (`encryptMsgBlock`, `checkAndLoadEncryption`).
 """
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,7 +30,11 @@ from engine.keys import StreamKeys
 from engine.store.layout import SEALED_STREAM_SCHEMA, STREAM_SCHEMA
 from engine.store.rows import RowGroup, Rows
 
-KIND_SEALED = 4  # a write-ahead log record kind (beside rows.py's KIND_ARROW, KIND_PACKED; delta.py's KIND_REMOVE)
+KIND_SEALED = 4  # write-ahead log record kinds (beside rows.py's KIND_ARROW, KIND_PACKED; delta.py's KIND_REMOVE)
+KIND_SEALED_PACKED = 5
+SEALED_KINDS = (KIND_SEALED, KIND_SEALED_PACKED)
+SMALL = 64  # rows.py's ARROW_FROM
+_SMALL = struct.Struct("<qqiIIII")  # seq, ts_ns, size, len(subject), len(partition), len(headers)+1 or 0, len(data)
 DATA, HEADERS = "data", "headers"
 _HEADERS_TYPE = STREAM_SCHEMA.field("headers").type
 _TS_TYPE = STREAM_SCHEMA.field("ts").type
@@ -41,17 +48,90 @@ class Opened:
     errors: dict[int, JetStreamError] = field(default_factory=dict)  # by seq
 
 
+@dataclass(slots=True)
+class SealedRows:
+    """A small group's sealed values as lists: its log record, and its rows of the flush's batch."""
+
+    first_seq: int
+    subjects: list[str]
+    ts: list[int]  # ns
+    sizes: list[int]
+    partitions: list[str]
+    headers: list[bytes | None]
+    data: list[bytes | None]
+
+    def __len__(self) -> int:
+        return len(self.subjects)
+
+    def encode(self) -> bytes:
+        parts: list[bytes] = []
+        for i, subject in enumerate(self.subjects):
+            s, p, h, d = subject.encode(), self.partitions[i].encode(), self.headers[i], self.data[i] or b""
+            head = _SMALL.pack(self.first_seq + i, self.ts[i], self.sizes[i], len(s), len(p),
+                               0 if h is None else len(h) + 1, len(d))
+            parts += (head, s, p, h or b"", d)
+        return b"".join(parts)
+
+    @classmethod
+    def decode(cls, payload: bytes) -> SealedRows:
+        rows = cls(0, [], [], [], [], [], [])
+        view = memoryview(payload)
+        offset = 0
+        while offset < len(view):
+            seq, ts, size, ls, lp, lh, ld = _SMALL.unpack_from(view, offset)
+            offset += _SMALL.size
+            if not rows.subjects:
+                rows.first_seq = seq
+            rows.subjects.append(bytes(view[offset : offset + ls]).decode())
+            offset += ls
+            rows.partitions.append(bytes(view[offset : offset + lp]).decode())
+            offset += lp
+            rows.headers.append(bytes(view[offset : offset + lh - 1]) if lh else None)
+            offset += max(lh - 1, 0)
+            rows.data.append(bytes(view[offset : offset + ld]))
+            offset += ld
+            rows.ts.append(ts)
+            rows.sizes.append(size)
+        return rows
+
+    def extend(self, other: SealedRows) -> None:
+        for name in ("subjects", "ts", "sizes", "partitions", "headers", "data"):
+            getattr(self, name).extend(getattr(other, name))
+
+    def seqs(self) -> list[int]:
+        return list(range(self.first_seq, self.first_seq + len(self.subjects)))
+
+    def to_batch(self, seqs: list[int]) -> pa.RecordBatch:
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array(seqs, pa.int64()),
+                pa.array(self.subjects, pa.string()),
+                pa.array(np.array(self.ts, np.int64) // 1000, _TS_TYPE),
+                pa.nulls(len(seqs), pa.string()),
+                pa.array(self.headers, pa.binary()),
+                pa.array(self.data, pa.binary()),
+                pa.array(self.sizes, pa.int32()),
+                pa.array(self.partitions, pa.string()),
+            ],
+            schema=SEALED_STREAM_SCHEMA,
+        )
+
+
 class Sealer:
     """Seals and opens one encrypted stream's rows; keeps each unflushed group's sealed batch for the flush."""
 
     def __init__(self, keys: StreamKeys) -> None:
         self.keys = keys
-        self._sealed: dict[int, pa.RecordBatch] = {}  # by first seq, until flushed
+        self._sealed: dict[int, pa.RecordBatch | SealedRows] = {}  # by first seq, until flushed
 
     # -- the write path -----------------------------------------------------------------------
 
-    def encode(self, rows: RowGroup) -> tuple[int, memoryview]:
-        """The group's log record; its sealed batch is kept for the flush."""
+    def encode(self, rows: RowGroup) -> tuple[int, bytes | memoryview]:
+        """The group's log record; its sealed values are kept for the flush."""
+        if isinstance(rows, Rows) and len(rows) < SMALL:
+            small = self._seal_small(rows)
+            self._sealed[rows.first_seq] = small
+            return KIND_SEALED_PACKED, small.encode()
         batch = self.seal(rows)
         self._sealed[rows.first_seq] = batch
         return KIND_SEALED, memoryview(batch.serialize())
@@ -86,25 +166,52 @@ class Sealer:
             schema=SEALED_STREAM_SCHEMA,
         )
 
+    def _seal_small(self, rows: Rows) -> SealedRows:
+        seqs = range(rows.first_seq, rows.first_seq + len(rows))
+        headers = [orjson.dumps(h) if h else None for h in rows.headers]
+        sealed_headers = self.keys.seal_values(HEADERS, seqs, rows.subjects, headers) if any(headers) else headers
+        data = self.keys.seal_values(DATA, seqs, rows.subjects, rows.data)
+        return SealedRows(rows.first_seq, rows.subjects, rows.ts, rows.sizes, rows.partitions, sealed_headers, data)
+
     def _seal_headers(self, seqs: range, subjects: list[str], maps: list[dict[str, list[str]] | None]) -> pa.Array:
         if maps.count(None) == len(maps):
             return pa.nulls(len(maps), pa.binary())
         return self.keys.seal_batch(HEADERS, seqs, subjects, [orjson.dumps(h) if h else None for h in maps])
 
     def table(self, groups: list[RowGroup]) -> pa.Table:
-        """The flush's table: the sealed batches of the unflushed groups, as the log holds them."""
-        return pa.Table.from_batches([self._sealed[g.first_seq] for g in groups], schema=SEALED_STREAM_SCHEMA)
+        """The flush's table: the sealed values of the unflushed groups, as the log holds them (runs of
+        small groups become one batch)."""
+        batches: list[pa.RecordBatch] = []
+        run: SealedRows | None = None
+        seqs: list[int] = []
+        for group in groups:
+            sealed = self._sealed[group.first_seq]
+            if isinstance(sealed, SealedRows):
+                if run is None:
+                    run = SealedRows(0, [], [], [], [], [], [])
+                run.extend(sealed)
+                seqs += sealed.seqs()
+                continue
+            if run is not None:
+                batches.append(run.to_batch(seqs))
+                run, seqs = None, []
+            batches.append(sealed)
+        if run is not None:
+            batches.append(run.to_batch(seqs))
+        return pa.Table.from_batches(batches, schema=SEALED_STREAM_SCHEMA)
 
     def forget_upto(self, seq: int) -> None:
         """Drops the sealed batches of groups the table holds now."""
-        for first in [f for f, b in self._sealed.items() if f + b.num_rows - 1 <= seq]:
+        for first in [f for f, b in self._sealed.items() if f + len(b) - 1 <= seq]:
             del self._sealed[first]
 
     # -- replay and reads ---------------------------------------------------------------------
 
-    def decode(self, payload: bytes) -> tuple[Rows, dict[int, JetStreamError]]:
-        """A log record back to plaintext rows (the sealed batch is kept for the flush), and the
+    def decode(self, kind: int, payload: bytes) -> tuple[Rows, dict[int, JetStreamError]]:
+        """A log record back to plaintext rows (the sealed values are kept for the flush), and the
         messages that would not open (their rows hold an empty payload)."""
+        if kind == KIND_SEALED_PACKED:
+            return self._decode_small(SealedRows.decode(payload))
         batch = pa.ipc.read_record_batch(pa.py_buffer(payload), SEALED_STREAM_SCHEMA)
         first = int(batch.column(0)[0].as_py()) if batch.num_rows else 0
         self._sealed[first] = batch
@@ -117,6 +224,17 @@ class Sealer:
             t.column("subject_partition").to_pylist(),
         )
         return rows, opened.errors
+
+    def _decode_small(self, small: SealedRows) -> tuple[Rows, dict[int, JetStreamError]]:
+        self._sealed[small.first_seq] = small
+        seqs = small.seqs()
+        data = self.keys.open_batch(DATA, seqs, small.subjects, small.data)
+        headers = self.keys.open_batch(HEADERS, seqs, small.subjects, small.headers)
+        maps = [orjson.loads(v) if v else None for v in headers.values]
+        errors = {seqs[i]: e for i, e in (*data.errors.items(), *headers.errors.items())}
+        rows = Rows(small.first_seq, small.subjects, small.ts, [hdr.first(m, hdr.MSG_ID) for m in maps], maps,
+                    [d or b"" for d in data.values], small.sizes, small.partitions)
+        return rows, errors
 
     def open(self, table: pa.Table) -> Opened:
         """Opens the sealed `data` and `headers` columns present in `table` (and fills `msg_id` from the

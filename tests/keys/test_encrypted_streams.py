@@ -153,3 +153,21 @@ def _flip_a_byte_of(table: Path, seq: int) -> Path:
             pq.write_table(rows, path)
             return path
     raise AssertionError(f"no file holds seq {seq}")
+
+
+def test_large_groups_seal_as_one_batch_and_replay(boxed: list[JetStream], warehouse: Path, clock: ManualClock) -> None:
+    js = boxed[0]
+    js.add_stream({"name": "BIG", "subjects": ["big.>"]})
+    messages = [InboundMessage(f"big.{i % 7}", MARKER + b" %d" % i, {"Nats-Msg-Id": [f"b{i}"]} if i % 2 else None)
+                for i in range(1, 201)]
+    assert all(isinstance(r, PubAck) for r in js.publish(messages))
+    js.publish_one("big.small", MARKER + b" small")
+    assert MARKER not in warehouse_bytes(warehouse)
+    js.close()
+    boxed[0] = js = open_engine(warehouse, clock)
+    assert js.publish_one("big.1", b"dup", {"Nats-Msg-Id": ["b199"]}).duplicate
+    js.flusher.flush()
+    assert MARKER not in warehouse_bytes(warehouse)
+    found = js.stream("BIG").load_many(list(range(1, 202)))
+    assert [m.data for m in found] == [MARKER + b" %d" % i for i in range(1, 201)] + [MARKER + b" small"]
+    assert [m.msg_id for m in found[:4]] == ["b1", None, "b3", None]

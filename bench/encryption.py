@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""Encryption at rest, on beside off: the gateway's publish, consume and KV figures in one run.
+
+Run:  .venv/bin/python bench/encryption.py [--quick] [--rounds N]
+
+Progress goes to stderr; at the end exactly one JSON line with every figure goes to stdout.
+
+Each round starts two gateways in turn on fresh warehouses, one plain and one with
+`--config` holding `jetstream { key, cipher: aes }` (every stream sealed, engine/store/sealed.py),
+alternating which goes first, and measures on each (1 KiB payloads):
+  pub_a      one client, one message at a time (`POST /v1/publish/{subject}`, keep-alive): msgs/s, p50/p99;
+  pub_b      one client, batches of 1,000 (`application/x-jetlake-batch`), a header on every message: msgs/s;
+  flush_s    `POST /v1/flush` of what (a) and (b) published (the sealed batches are committed as they are);
+  restart_s  the gateway stopped and started again (the sealed table is read back, msg ids from sealed headers);
+  consume    after the restart, so every read decrypts from the table: a pull consumer, batches of 500,
+             one ack request per batch: msgs/s;
+  kv_put / kv_get  one client, one KV operation at a time on a bucket of `kv` keys: ops/s;
+  shred      a stream with `jetlake.key_tokens: 2`, `shred` messages under `users.42.*` flushed, then
+             `POST /v1/erasures {"filter": "users.42.>"}`: the seconds until the answer (the messages are
+             unreadable then; with the key on, its data key was destroyed). The erase job's physical
+             removal is bench/jobs.py's subject.
+`ratio_<phase>` = on / off of the best round (for rates: above 1 is faster with encryption).
+Every process started here is stopped by its PID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (  # noqa: E402
+    ROOT,
+    RawHTTP,
+    build_request,
+    dumps,
+    http_call,
+    loads,
+    log,
+    pct_ms,
+    rate,
+    set_log_name,
+    start_gateway,
+    stop_process,
+)
+
+sys.path.insert(0, str(ROOT))
+from api.binary_batch import MEDIA_TYPE, encode  # noqa: E402
+
+JETLAKE = Path(sys.prefix) / "bin" / "jetlake"
+KEY = "bench-encryption-key-0123456789abcdef"
+PAYLOAD = bytes(range(256)) * 4  # 1 KiB
+SIZES = {
+    "quick": {"pub_a": 1_000, "pub_b": 20_000, "kv": 500, "shred": 5_000},
+    "moderate": {"pub_a": 5_000, "pub_b": 200_000, "kv": 2_000, "shred": 100_000},
+}
+
+
+def publish_one_at_a_time(port: int, n: int) -> dict:
+    c = RawHTTP(port)
+    requests = [build_request("POST", f"/v1/publish/bench.{i % 16}", port, PAYLOAD, "application/octet-stream")
+                for i in range(n)]
+    times: list[int] = []
+    t0 = time.perf_counter_ns()
+    for req in requests:
+        s = time.perf_counter_ns()
+        status, body = c.request(req)
+        times.append(time.perf_counter_ns() - s)
+        if status != 200:
+            raise RuntimeError(f"publish -> {status} {body[:200]!r}")
+    t1 = time.perf_counter_ns()
+    c.close()
+    times.sort()
+    return {"pub_a_msgs_s": rate(n, t0, t1), "pub_a_p50_ms": pct_ms(times, 0.5), "pub_a_p99_ms": pct_ms(times, 0.99)}
+
+
+def publish_batches(port: int, n: int, subject: str = "bench.b.{i}", batch: int = 1_000) -> dict:
+    c = RawHTTP(port)
+    bodies = [encode([(subject.format(i=(k + j) % 64), PAYLOAD, {"X-Trace": [f"t{k + j}"]}) for j in range(batch)])
+              for k in range(0, n, batch)]
+    requests = [build_request("POST", "/v1/publish", port, body, MEDIA_TYPE) for body in bodies]
+    t0 = time.perf_counter_ns()
+    for req in requests:
+        status, body = c.request(req)
+        if status != 200 or b'"error"' in body:
+            raise RuntimeError(f"batch publish -> {status} {body[:200]!r}")
+    t1 = time.perf_counter_ns()
+    c.close()
+    return {"pub_b_msgs_s": rate(len(bodies) * batch, t0, t1)}
+
+
+def consume(port: int, total: int) -> dict:
+    base = "/v1/streams/BENCH/consumers/C"
+    status, body = http_call(port, "POST", "/v1/streams/BENCH/consumers", {"durable_name": "C", "ack_policy": "explicit"})
+    if status not in (200, 201):
+        raise RuntimeError(f"consumer -> {status} {body}")
+    c = RawHTTP(port)
+    next_req = build_request("POST", base + "/next", port, dumps({"batch": 500, "expires": 1_000_000_000}))
+    got = 0
+    t0 = time.perf_counter_ns()
+    while got < total:
+        status, raw = c.request(next_req)
+        seqs = [m["seq"] for m in loads(raw)["messages"]] if status == 200 else []
+        if not seqs:
+            raise RuntimeError(f"pull -> {status} {raw[:200]!r} after {got} messages")
+        ack = dumps({"acks": [{"seqs": seqs}]})
+        c.request(build_request("POST", base + "/ack", port, ack))
+        got += len(seqs)
+    t1 = time.perf_counter_ns()
+    c.close()
+    return {"consume_msgs_s": rate(got, t0, t1)}
+
+
+def kv_ops(port: int, n: int) -> dict:
+    status, body = http_call(port, "POST", "/v1/kv", {"bucket": "bench"})
+    if status not in (200, 201):
+        raise RuntimeError(f"kv create -> {status} {body}")
+    c = RawHTTP(port)
+    puts = [build_request("PUT", f"/v1/kv/bench/entries/k{i}", port, PAYLOAD, "application/octet-stream") for i in range(n)]
+    gets = [f"GET /v1/kv/bench/entries/k{i} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode() for i in range(n)]
+    figures = {}
+    for name, requests in (("kv_put", puts), ("kv_get", gets)):
+        t0 = time.perf_counter_ns()
+        for req in requests:
+            status, raw = c.request(req)
+            if status != 200:
+                raise RuntimeError(f"{name} -> {status} {raw[:200]!r}")
+        figures[f"{name}_ops_s"] = rate(n, t0, time.perf_counter_ns())
+    c.close()
+    return figures
+
+
+def shred(port: int, n: int) -> dict:
+    body = {"name": "USERS", "subjects": ["users.>"], "metadata": {"jetlake.key_tokens": "2"}}
+    status, answer = http_call(port, "POST", "/v1/streams", body)
+    if status != 201:
+        raise RuntimeError(f"stream -> {status} {answer}")
+    publish_batches(port, n, subject="users.42.{i}")
+    publish_batches(port, 1_000, subject="users.7.{i}")
+    http_call(port, "POST", "/v1/flush", {}, timeout=600)
+    t0 = time.perf_counter()
+    status, answer = http_call(port, "POST", "/v1/erasures", {"stream": "USERS", "filter": "users.42.>"}, timeout=600)
+    seconds = time.perf_counter() - t0
+    if status != 202 or answer.get("messages") != n:
+        raise RuntimeError(f"erasure -> {status} {answer}")
+    status, _ = http_call(port, "GET", "/v1/streams/USERS/messages/1")
+    if status != 404:
+        raise RuntimeError(f"an erased message answered {status}")
+    return {"shred_msgs": n, "shred_unreadable_s": round(seconds, 3), "shred_key_destroyed": "key_destroyed" in answer}
+
+
+def run_mode(work: Path, encrypted: bool, sizes: dict) -> dict:
+    name = "on" if encrypted else "off"
+    warehouse = work / f"wh-{name}"
+    warehouse.mkdir()
+    extra: list[str] = []
+    if encrypted:
+        config = work / "encrypted.conf"
+        config.write_text(f'jetstream {{ key: "{KEY}", cipher: aes }}\n')
+        extra = ["--config", str(config)]
+    figures: dict = {}
+    proc, port, _ = start_gateway(JETLAKE, warehouse, work / f"gateway-{name}.log", extra)
+    try:
+        http_call(port, "POST", "/v1/streams", {"name": "BENCH", "subjects": ["bench.>"]})
+        log(f"{name}: publish one at a time ({sizes['pub_a']})")
+        figures.update(publish_one_at_a_time(port, sizes["pub_a"]))
+        log(f"{name}: publish in batches ({sizes['pub_b']})")
+        figures.update(publish_batches(port, sizes["pub_b"]))
+        t0 = time.perf_counter()
+        http_call(port, "POST", "/v1/flush", {}, timeout=600)
+        figures["flush_s"] = round(time.perf_counter() - t0, 3)
+    finally:
+        stop_process(proc, f"gateway {name}")
+    t0 = time.perf_counter()
+    proc, port, _ = start_gateway(JETLAKE, warehouse, work / f"gateway-{name}-2.log", extra, start_timeout=300)
+    figures["restart_s"] = round(time.perf_counter() - t0, 3)
+    try:
+        log(f"{name}: consume after the restart")
+        figures.update(consume(port, sizes["pub_a"] + sizes["pub_b"]))
+        log(f"{name}: KV ({sizes['kv']})")
+        figures.update(kv_ops(port, sizes["kv"]))
+        log(f"{name}: erasure of a subject prefix ({sizes['shred']})")
+        figures.update(shred(port, sizes["shred"]))
+    finally:
+        stop_process(proc, f"gateway {name}")
+    return figures
+
+
+def best(rounds: list[dict]) -> dict:
+    """Per figure, the best round: the highest rate, the lowest time."""
+    out: dict = {}
+    for key in rounds[0]:
+        values = [r[key] for r in rounds if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
+        if not values:
+            out[key] = rounds[0][key]
+        elif key.endswith(("_s", "_ms")) and not key.endswith(("msgs_s", "ops_s")):
+            out[key] = min(values)
+        else:
+            out[key] = max(values)
+    return out
+
+
+def main() -> int:
+    set_log_name("encryption")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small sizes, one round")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds of off and on (default 1 quick, 2 otherwise)")
+    args = parser.parse_args()
+    sizes = SIZES["quick" if args.quick else "moderate"]
+    rounds = args.rounds or (1 if args.quick else 2)
+    results: dict[str, list[dict]] = {"off": [], "on": []}
+    with tempfile.TemporaryDirectory(prefix="jetlake-bench-enc-") as tmp:
+        for r in range(rounds):
+            for encrypted in ((False, True) if r % 2 == 0 else (True, False)):
+                work = Path(tmp) / f"round{r}-{'on' if encrypted else 'off'}"
+                work.mkdir()
+                results["on" if encrypted else "off"].append(run_mode(work, encrypted, sizes))
+    off, on = best(results["off"]), best(results["on"])
+    ratios = {f"ratio_{k}": round(on[k] / off[k], 3) for k in off
+              if isinstance(off[k], (int, float)) and not isinstance(off[k], bool) and off[k] and on.get(k)}
+    spread = {k: [r[k] for r in results["on"]] for k in ("pub_a_msgs_s", "pub_b_msgs_s", "consume_msgs_s")}
+    log(f"rounds with encryption on: {spread}")
+    print(json.dumps({"bench": "encryption", "quick": args.quick, "rounds": rounds, "sizes": sizes,
+                      "off": off, "on": on, **ratios,
+                      "pub_b_on_median": statistics.median(spread["pub_b_msgs_s"])}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
