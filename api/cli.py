@@ -273,7 +273,8 @@ def _jobs_run(args: argparse.Namespace) -> int:
             layout = Layout(args.warehouse, account)
             for name in names:
                 try:
-                    figures = run_job(spark, layout, name, **options.get(name, {}))
+                    extra = {"keyring": keyrings[account]} if name == "compact" and keyrings[account] else {}
+                    figures = run_job(spark, layout, name, **options.get(name, {}), **extra)  # compact re-encrypts
                 except JobMissing as exc:
                     log.warning("%s; skipped", exc)
                     if args.job != "all":

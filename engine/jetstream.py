@@ -528,6 +528,16 @@ class JetStream:
         else:
             stream.delete_message(seq, erase)
 
+    def rotate_key(self, name: str) -> int:
+        """Starts a new key epoch for an encrypted stream's new writes, at once; returns it. The compaction
+        job (with the keyring) re-encrypts older values and then destroys the older epochs' keys."""
+        stream = self._stream(name)
+        sealer = getattr(stream.store, "sealer", None)
+        if sealer is None:
+            raise errors.bad_request(f"stream {name} is not encrypted")
+        with stream.lock:
+            return int(sealer.keys.rotate())
+
     def purge(self, name: str, filter_: str | None = None, seq: int = 0, keep: int = 0) -> int:
         return self._stream(name).purge(filter_, seq, keep)
 

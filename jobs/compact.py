@@ -12,6 +12,8 @@ each stream table and the `_system` tables (tombstones, acks) this job, under th
 3. vacuums the data files replaced more than the vacuum window ago (`vacuum_window` hours, default 1;
    a table's longer `delta.deletedFileRetentionDuration` wins): readers of older snapshots keep
    their files that long, and the storage OPTIMIZE and the gateway's ack-table deletes replaced is freed.
+Given the account's keyring (`jetlake jobs run compact --config FILE`), it first re-encrypts the
+values of encrypted streams sealed under older key epochs and destroys those keys (jobs/rekey.py).
 A table that fails is counted and named in the figures (`failed_tables`); the others go on.
 Idempotent and safe to kill: OPTIMIZE is one commit, a checkpoint is rewritten whole.
 """
@@ -27,7 +29,9 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
+from engine.keys import Keyring
 from engine.store.layout import PARTITION_COLUMN, Layout
+from jobs.rekey import rekey
 from jobs.tables import (
     LeaseTimes,
     ensure_table_properties,
@@ -53,6 +57,7 @@ def run(
     log_retention: str | None = None,
     lease_times: LeaseTimes | None = None,
     vacuum_window: int | None = None,
+    keyring: Keyring | None = None,
 ) -> dict[str, Any]:
     """Compacts every table of the account; returns the figures it logged."""
     started = time.monotonic()
@@ -80,6 +85,8 @@ def run(
         "errors": 0,
         "failed_tables": {},
     }
+    if keyring is not None:
+        figures.update(rekey(spark, layout, keyring, times))
     extra = {"delta.logRetentionDuration": log_retention} if log_retention else None
     log.info("compact: %d tables, target file size %d bytes", len(tables), target_file_bytes)
     for i, (name, path) in enumerate(tables, 1):

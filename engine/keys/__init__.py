@@ -3,7 +3,7 @@
 See docs/encryption.md for the design. The public surface is re-exported here.
 """
 
-from engine.keys.cipher import DataKey, OpenedBatch, associated_data, sql_decrypt, sql_key_ref
+from engine.keys.cipher import DataKey, OpenedBatch, associated_data, sql_decrypt, sql_encrypt, sql_key_ref
 from engine.keys.errors import (
     KeyDestroyedError,
     KeyringCorruptError,
@@ -37,5 +37,6 @@ __all__ = [
     "key_prefix_of_filter",
     "keyring_folder",
     "sql_decrypt",
+    "sql_encrypt",
     "sql_key_ref",
 ]

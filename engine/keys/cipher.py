@@ -184,6 +184,18 @@ def sql_decrypt(value_sql: str, key_sql: str, stream_id: str, field: str, *, seq
     return f"{function}(substring({value_sql}, {HEADER_SIZE + 1}), {key_sql}, 'GCM', 'DEFAULT', {aad})"
 
 
+def sql_encrypt(plain_sql: str, key_sql: str, ref_sql: str, stream_id: str, field: str, *, seq_sql: str = "seq",
+                subject_sql: str | None = None) -> str:
+    """The Spark SQL expression that seals a value in this layout (for re-encryption by a job): the key
+    reference, then Spark's `aes_encrypt(..., 'GCM')` with a random IV (Spark's; safe below 2^32 values
+    per key, far above what one rotation rewrites) and the same associated data as `sql_decrypt`."""
+    if not is_stream_id(stream_id) or field not in FIELDS:
+        raise ValueError("stream ids are [A-Za-z0-9_-] and fields data, headers or subject")
+    subject = subject_sql or "''"
+    aad = f"concat('{stream_id}:', CAST({seq_sql} AS STRING), ':{field}:', {subject})"
+    return f"concat({ref_sql}, aes_encrypt({plain_sql}, {key_sql}, 'GCM', 'DEFAULT', '', {aad}))"
+
+
 def _lookup(key_for: Callable[[int], DataKey], ref: bytes) -> DataKey | JetStreamError:
     if ref[0] != VERSION:
         return ValueAuthenticationError("not an encrypted value of a known layout")

@@ -128,6 +128,22 @@ class StreamKeys:
             raise ValueError(f"epoch {epoch} is newer than the current epoch {self.epoch}")
         return self._destroy(lambda r: r.purpose == DATA and r.epoch < epoch)
 
+    def rotation_keys(self) -> list[tuple[bytes, bytes, bytes, bytes]]:
+        """(old key_ref, old key, new key_ref, new key) for every live data key of an epoch older than the
+        current one, the new key being the current epoch's key of the same subject prefix (created when
+        missing): what the compaction job re-encrypts with before `retire_epochs_before`."""
+        with self._lock:
+            self.refresh()
+            old = [r for r in self._state.keys.values() if r.purpose == DATA and r.epoch < self.epoch]
+            missing = sorted({r.tag for r in old if (self.epoch, r.tag) not in self._by_tag})
+            if missing:
+                self._create_tagged(missing)
+            out = []
+            for record in old:
+                new = self.key(self._by_tag[(self.epoch, record.tag)])
+                out.append((key_ref(record.key_id), self._unwrap(record), new.ref, self._unwrap(self._record(new.key_id))))
+            return out
+
     def subject_hasher(self) -> SubjectHasher:
         """Keyed hashes with this stream's subject key (partition values of protected subjects)."""
         with self._lock:
@@ -239,11 +255,14 @@ class StreamKeys:
         keyfile.replace_durably(self._path, keyfile.encode_stream_file(self._keys.mac_key, self.stream_id, state))
 
     def _create_keys(self, prefixes: list[str]) -> None:
+        self._create_tagged([self._tag(p) for p in prefixes])
+
+    def _create_tagged(self, tags: list[bytes]) -> None:
         with keyfile.locked(self._folder):
             self._sync_locked()
-            missing = [p for p in prefixes if (self.epoch, self._tag(p)) not in self._by_tag]
+            missing = [t for t in tags if (self.epoch, t) not in self._by_tag]
             first = self._next_id()
-            records = [self._new_record(first + i, self.epoch, DATA, self._tag(p)) for i, p in enumerate(missing)]
+            records = [self._new_record(first + i, self.epoch, DATA, t) for i, t in enumerate(missing)]
             self._append_locked([keyfile.key_record(r) for r in records])
 
     def _destroy(self, chosen: Callable[[KeyRecord], bool]) -> list[int]:

@@ -34,6 +34,7 @@ KIND_SEALED = 4  # write-ahead log record kinds (beside rows.py's KIND_ARROW, KI
 KIND_SEALED_PACKED = 5
 SEALED_KINDS = (KIND_SEALED, KIND_SEALED_PACKED)
 SMALL = 64  # rows.py's ARROW_FROM
+KEY_REF_SIZE = 5  # engine/keys/cipher.py's HEADER_SIZE
 _SMALL = struct.Struct("<qqiIIII")  # seq, ts_ns, size, len(subject), len(partition), len(headers)+1 or 0, len(data)
 DATA, HEADERS = "data", "headers"
 _HEADERS_TYPE = STREAM_SCHEMA.field("headers").type
@@ -258,3 +259,16 @@ class Sealer:
             else:
                 table = table.append_column("msg_id", msg_ids)
         return Opened(table, errors)
+
+
+def key_refs(kind: int, payload: bytes) -> set[bytes]:
+    """The key references of the sealed values in one log record (which keys its messages still need)."""
+    if kind == KIND_SEALED_PACKED:
+        small = SealedRows.decode(payload)
+        values = [v for v in (*small.data, *small.headers) if v]
+    elif kind == KIND_SEALED:
+        batch = pa.ipc.read_record_batch(pa.py_buffer(payload), SEALED_STREAM_SCHEMA)
+        values = [v for column in (DATA, HEADERS) for v in batch.column(column).to_pylist() if v]
+    else:
+        return set()
+    return {bytes(v[:KEY_REF_SIZE]) for v in values}
