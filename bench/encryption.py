@@ -159,11 +159,11 @@ def run_mode(work: Path, encrypted: bool, sizes: dict) -> dict:
     name = "on" if encrypted else "off"
     warehouse = work / f"wh-{name}"
     warehouse.mkdir()
-    extra: list[str] = []
+    extra = ["--nats-port", "0"]  # the HTTP door only (no clash on 4222 with another gateway)
     if encrypted:
         config = work / "encrypted.conf"
         config.write_text(f'jetstream {{ key: "{KEY}", cipher: aes }}\n')
-        extra = ["--config", str(config)]
+        extra += ["--config", str(config)]
     figures: dict = {}
     proc, port, _ = start_gateway(JETLAKE, warehouse, work / f"gateway-{name}.log", extra)
     try:

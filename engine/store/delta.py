@@ -398,19 +398,21 @@ class DeltaStore:
 
         A message of an encrypted stream whose values do not open is left out and logged (a direct
         get answers its error)."""
-        try:
-            return self._load_many(seqs, index)
-        except JetStreamError:
-            found = {}
-            for seq in seqs:
-                try:
-                    msg = self.load(seq, index)
-                except JetStreamError as exc:
-                    log.error("stream %s: message %d cannot be read: %s", self.stream, seq, exc.description)
-                    continue
-                if msg is not None:
-                    found[seq] = msg
-            return found
+        if not self._unopened or self._unopened.keys().isdisjoint(seqs):
+            try:
+                return self._load_many(seqs, index)
+            except JetStreamError:
+                pass
+        found: dict[int, StoredMessage] = {}
+        for seq in seqs:
+            try:
+                msg = self.load(seq, index)
+            except JetStreamError as exc:
+                log.error("stream %s: message %d cannot be read: %s", self.stream, seq, exc.description)
+                continue
+            if msg is not None:
+                found[seq] = msg
+        return found
 
     def _load_many(self, seqs: list[int], index: MessageIndex) -> dict[int, StoredMessage]:
         found: dict[int, StoredMessage] = {}

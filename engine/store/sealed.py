@@ -272,3 +272,15 @@ def key_refs(kind: int, payload: bytes) -> set[bytes]:
     else:
         return set()
     return {bytes(v[:KEY_REF_SIZE]) for v in values}
+
+
+def seq_range(kind: int, payload: bytes) -> tuple[int, int] | None:
+    """The first and last sequence of a sealed log record (None for another kind), without opening a
+    value: what the erase job needs to know of a log it cannot decrypt."""
+    if kind == KIND_SEALED_PACKED:
+        seqs = SealedRows.decode(payload).seqs()
+    elif kind == KIND_SEALED:
+        seqs = pa.ipc.read_record_batch(pa.py_buffer(payload), SEALED_STREAM_SCHEMA).column("seq").to_pylist()
+    else:
+        return None
+    return (seqs[0], seqs[-1]) if seqs else None
