@@ -18,9 +18,9 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Protocol
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 from urllib.parse import unquote
 
 import numpy as np
