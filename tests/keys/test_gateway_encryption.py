@@ -4,12 +4,13 @@ what it stores is sealed, what it answers is plaintext, and a wrong or missing k
 from __future__ import annotations
 
 import base64
+import subprocess
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.gateway import Gateway
+from tests.gateway import JETLAKE, Gateway
 
 MARKER = "Wq4-gateway-marker"
 SERVER_KEY = "gateway-server-key-0123456789abcdef"
@@ -56,6 +57,10 @@ def test_server_key_seals_the_store_and_wrong_or_missing_keys_refuse(tmp_path: P
         Gateway(warehouse, "--config", str(wrong)).start()
     with pytest.raises(RuntimeError, match="exited with 2.*no key was given.*nothing was changed"):
         Gateway(warehouse).start()
+    for command in (["jobs", "run", "compact"], ["sql", "SELECT 1", "--no-flush"]):  # refused before Spark starts
+        done = subprocess.run([str(JETLAKE), *command, "--warehouse", str(warehouse), "--config", str(wrong)],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and "does not open the keyring" in done.stderr, (command, done.stderr[-2000:])
     assert files(warehouse) == before
 
     gateway = Gateway(warehouse, "--config", str(config)).start()
