@@ -61,6 +61,7 @@ from engine.store.delta import KIND_REMOVE
 from engine.store.files import fsync_dir
 from engine.store.layout import Layout
 from engine.store.rows import KIND_ARROW, KIND_PACKED, decode
+from engine.store.sealed import SEALED_KINDS, seq_range
 from engine.store.wal import SUFFIX as WAL_SUFFIX, read_segment
 from jobs.tables import (
     LeaseTimes,
@@ -446,6 +447,10 @@ def _log_ranges(folder: Path) -> list[tuple[int, int]] | None:
                 rows = decode(record.kind, record.payload)
                 if len(rows):
                     found.append((rows.first_seq, rows.last_seq))
+            elif record.kind in SEALED_KINDS:  # an encrypted stream's record: its sequences are plain
+                span = seq_range(record.kind, record.payload)
+                if span is not None:
+                    found.append(span)
             elif record.kind != KIND_REMOVE:
                 return None
     return found
