@@ -1,6 +1,6 @@
 """`jetlake`: the command line.
 
-- `serve` runs the gateway (`--scheduler` also runs the jobs scheduler beside it, as a child process);
+- `serve` runs the gateway and, unless `--no-scheduler`, the jobs scheduler beside it (a child process);
 - `jobs run retention|erase|compact|all` runs maintenance jobs once;
 - `scheduler` runs them on intervals;
 - `sql "<query>"` queries every stream (and KV bucket) with Spark SQL.
@@ -181,7 +181,7 @@ def _exposure_refusal(host: str, auth_required: bool, client_certs_required: boo
 
 
 class _SchedulerChild:
-    """`serve --scheduler`: `jetlake scheduler` as a child process, restarted (with a backoff) if it fails.
+    """`serve` (without `--no-scheduler`): `jetlake scheduler` as a child process, restarted (with a backoff) if it fails.
 
     A child process, not a thread: the jobs drive a JVM through py4j and pull results into Python;
     in the gateway's process that would load the JVM bridge and compete with the publish path for the
@@ -526,10 +526,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-payload", type=int, default=DEFAULT_MAX_PAYLOAD, help="largest message (headers + data)")
     serve.add_argument("--max-body", type=int, default=64 * 1024 * 1024, help="largest request body; larger is 413")
     serve.add_argument("--log-level", default="info", choices=LOG_LEVELS)
-    serve.add_argument("--scheduler", action="store_true",
-                       help="also run the jobs scheduler (a child process; intervals from JETLAKE_*_INTERVAL)")
+    serve.add_argument("--scheduler", dest="scheduler", action="store_true", default=True,
+                       help="run the jobs scheduler beside the gateway (the default: a child process, local Spark; "
+                            "intervals from JETLAKE_*_INTERVAL), so that limits and purges free disk")
+    serve.add_argument("--no-scheduler", dest="scheduler", action="store_false",
+                       help="do not run the scheduled jobs (tests, benchmarks, or a scheduler run elsewhere)")
     serve.add_argument("--spark-master", default=None,
-                       help="Spark master for --scheduler's jobs (default $JETLAKE_SPARK_MASTER, then local[*])")
+                       help="Spark master for the scheduler's jobs (default $JETLAKE_SPARK_MASTER, then local[*])")
     serve.set_defaults(func=_serve)
 
     jobs = commands.add_parser("jobs", help="run maintenance jobs once")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import functools
 import json
 import math
 import multiprocessing as mp
@@ -340,6 +341,7 @@ def run_workers(fn, args_list: list[tuple], ready_timeout: float, run_timeout: f
 # ----------------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=4)
 def serve_help(jetlake: Path) -> str:
     try:
         r = subprocess.run([str(jetlake), "serve", "--help"], capture_output=True, text=True, timeout=60,
@@ -355,6 +357,8 @@ def start_gateway(jetlake: Path, warehouse: Path, log_path: Path, extra: list[st
     On failure the process is stopped and the exception carries the log tail."""
     port = free_port()
     cmd = [str(jetlake), "serve", "--warehouse", str(warehouse), "--host", HOST, "--port", str(port)] + (extra or [])
+    if "--scheduler" not in cmd and "--no-scheduler" not in cmd and "--no-scheduler" in serve_help(jetlake):
+        cmd.append("--no-scheduler")  # measured without Spark jobs running beside it, unless a benchmark asks
     log(f"starting gateway: {' '.join(cmd)}")
     logf = open(log_path, "wb")
     t0 = time.monotonic()

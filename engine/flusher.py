@@ -171,7 +171,7 @@ class Flusher:
         job = None
         try:
             with stream.lock:
-                job = store.seal(stream.index)
+                job = store.seal(stream.index, stream.dedup_window)
             if job is None:
                 if health.consecutive_failures:
                     health.succeeded()

@@ -243,7 +243,7 @@ class MessageIndex:
             found = self._cache.pop(block, None)
             if found is not None:
                 self._cache_used -= found.nbytes
-            elif self.loader is None or block > self._block(self.flushed_upto):
+            elif self.loader is None or self.flushed_upto < max(self._span(block)[0], 1):  # the table has none of it
                 found = Detail.empty()
             else:  # a block the table holds in part (after a restart): rows past the index's end come next
                 found = self._detail(block)

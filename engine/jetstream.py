@@ -45,6 +45,7 @@ from engine.store.files import atomic_write
 from engine.store.layout import Layout
 from engine.store.lease import OwnerLock
 from engine.store.memory import MemoryStore
+from engine.store.tombstones import TombstoneView
 from engine.messages import DEFAULT_MAX_PAYLOAD, InboundMessage, PlainBatch, PublishAnswer, PublishResult
 from engine.stream import SUBJECTS_PAGE, Stream
 from engine.subjects import is_valid_publish_subject, is_valid_subject, subject_matches, subjects_collide
@@ -94,6 +95,7 @@ class JetStream:
         self.keyring: Keyring | None = None
         self._streams: dict[str, _Entry] = {}
         self._by_subject: dict[str, str | None] = {}
+        self._tombstones: TombstoneView | None = None  # set while the streams are recovered at open
         self._lock = threading.RLock()
         # The gateway's accounts share one backlog (engine/accounts/registry.py): its bound is the gateway's.
         self.backlog = backlog or Backlog(self.options.max_unflushed_bytes, self.options.max_unflushed_total)
@@ -134,8 +136,12 @@ class JetStream:
         self._owner.acquire()
         try:
             self.layout.stream_configs.mkdir(parents=True, exist_ok=True)
-            for path in sorted(self.layout.stream_configs.glob("*.json")):
-                self._load_stream(path)
+            self._tombstones = TombstoneView(self.layout.tombstones_table)  # read once for every stream
+            try:
+                for path in sorted(self.layout.stream_configs.glob("*.json")):
+                    self._load_stream(path)
+            finally:
+                self._tombstones = None
             from engine.erasures import registry  # pending erasures: forgotten again by the rebuilt memory
 
             registry(self.layout).forget_pending(e.stream for e in self._streams.values() if e.stream.recovered)
@@ -156,7 +162,7 @@ class JetStream:
             for entry in list(self._streams.values()):
                 if isinstance(entry.stream.store, DeltaStore) and not result.failed:
                     with entry.stream.lock:
-                        entry.stream.store.snapshot_if_stale(entry.stream.index)
+                        entry.stream.store.snapshot_if_stale(entry.stream.index, entry.stream.dedup_window)
                 try:
                     entry.stream.store.close()
                 except OSError as exc:
@@ -210,7 +216,7 @@ class JetStream:
             return MemoryStore(partition_tokens)
         return DeltaStore(
             self.layout, config.name, stream_id, partition_tokens,
-            self.options.sync_always, self.options.cache_bytes, self.backlog,
+            self.options.sync_always, self.options.cache_bytes, self.backlog, tombstones=self._tombstones,
             sealer=encryption.sealer(self.keyring, config.name, stream_id, key_tokens),
         )
 

@@ -512,6 +512,12 @@ class Stream:
         self._msg_ids[msg_id] = (seq, ts)
         self._msg_id_order.append((ts, msg_id))
 
+    def dedup_window(self) -> tuple[list[tuple[str, int, int]], str | None]:
+        """The duplicate window's (msg_id, seq, ts) in sequence order and the last msg id: what an index
+        snapshot keeps so that a restart finds them without reading the table."""
+        ids = sorted(((msg_id, seq, ts) for msg_id, (seq, ts) in self._msg_ids.items()), key=lambda e: e[1])
+        return ids, self.last_msg_id
+
     def _expire_msg_ids(self, now: int) -> None:
         cutoff = now - self.config.duplicate_window
         order = self._msg_id_order

@@ -9,6 +9,7 @@ Why one place:
   driver whose executors run elsewhere (the scheduler in docker-compose.yml) sets
   `JETLAKE_SPARK_DRIVER_HOST` to the name the executors reach it by; it then binds to all interfaces.
 - Small machines: no UI, few shuffle partitions, 2 GB driver; the jobs rewrite a few files at a time.
+- Small row groups (8 MiB) in the files the jobs write, like the flusher's: reads by sequence stay cheap.
 - Erasure vacuums with zero retention, so Delta's retention-duration check is off; the jobs decide
   what is old enough, not Spark's default of seven days.
 - Deletion vectors stay off by default: delta-rs and Spark must both keep writing the same tables.
@@ -64,6 +65,9 @@ _SETTINGS: dict[str, str] = {
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.databricks.delta.retentionDurationCheck.enabled": "false",
     "spark.databricks.delta.properties.defaults.enableDeletionVectors": "false",
+    # Row groups of ~8 MiB (Parquet's default is 128 MiB): a file compaction writes still lets the
+    # engine's read by sequence decode one small row group, found by its `seq` statistics.
+    "spark.hadoop.parquet.block.size": str(8 * 1024 * 1024),
 }
 
 

@@ -48,6 +48,8 @@ class Gateway:
 
     def start(self, timeout: float = 60.0) -> Gateway:
         cmd = [str(JETLAKE), "serve", "--warehouse", str(self.warehouse), "--port", str(self.port), *self.args]
+        if "--scheduler" not in self.args:
+            cmd.append("--no-scheduler")  # no JVM beside every test gateway; a scheduler test asks for one
         if self.nats_port:
             cmd += ["--nats-port", str(self.nats_port)]  # never the default 4222: parallel gateways must not collide
         with open(self.log, "ab") as out:

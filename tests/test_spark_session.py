@@ -49,3 +49,18 @@ def test_a_test_gets_the_shared_session_back_as_it_was(shared_spark: SparkSessio
     restore_session(shared_spark, before)
     assert session_state(shared_spark) == before
     assert not shared_spark.catalog.tableExists("leaked")
+
+
+def test_files_spark_writes_have_small_row_groups(spark: SparkSession, tmp_path: Path) -> None:
+    """~24 MB of incompressible rows in one file: several row groups of about 8 MiB, not one of 128 MiB."""
+    import pyarrow.parquet as pq
+
+    rows = spark.range(0, 240_000, numPartitions=1).selectExpr("id AS seq", "unhex(sha2(cast(id AS STRING), 512)) AS a",
+                                                               "unhex(sha2(cast(id + 1 AS STRING), 512)) AS b")
+    rows.coalesce(1).write.format("delta").save(str(tmp_path / "t"))
+    files = list((tmp_path / "t").glob("*.parquet"))
+    assert len(files) == 1
+    meta = pq.read_metadata(files[0])
+    sizes = [meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)]
+    assert sum(sizes) > 20 * 1024 * 1024, sizes
+    assert len(sizes) >= 2 and max(sizes) <= 12 * 1024 * 1024, sizes

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 import orjson
@@ -32,7 +33,7 @@ from engine.store import index_file
 from engine.store.rows import KIND_ARROW, KIND_PACKED, RowGroup, Rows, decode
 from engine.store.backlog import Backlog
 from engine.store.base import Recovered, Removal, StoredMessage
-from engine.store.commits import TableCommitter, ensure_table
+from engine.store.commits import TableCommitter, ensure_table, latest_version
 from engine.store.layout import (
     PARTITION_COLUMN,
     SEALED_STREAM_SCHEMA,
@@ -47,6 +48,7 @@ from engine.store.lease import commit_lease
 from engine.store.memory import MessageBuffer
 from engine.store.sealed import SEALED_KINDS, Sealer
 from engine.store.table_reads import READ_AHEAD, READ_WINDOW_BYTES, TableReads
+from engine.store.tombstones import TombstoneView
 from engine.store.wal import Record, WriteAheadLog
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,8 @@ REBUILD_WINDOW = 1 << 20  # sequences read at a time when the index is rebuilt f
 SNAPSHOT_SECONDS = 30.0  # an index snapshot at most this often ...
 SNAPSHOT_ROWS = 1_000_000  # ... or after this many flushed messages, whichever comes first
 LIFECYCLE_LEASE_TIMEOUT = 60.0  # how long a stream create or delete waits for a job's command on its table
+
+DedupSource = Callable[[], tuple[index_file.MsgIds, "str | None"]]  # the stream's duplicate window, last msg id
 
 
 def _encode_removal(r: Removal) -> bytes:
@@ -137,6 +141,7 @@ class DeltaStore:
         backlog: Backlog | None = None,
         index_cache_bytes: int | None = None,
         sealer: Sealer | None = None,
+        tombstones: TombstoneView | None = None,
     ) -> None:
         self.layout = layout
         self.stream = stream
@@ -157,6 +162,8 @@ class DeltaStore:
         self._snapshot_at = time.monotonic()
         self._snapshot_rows = 0
         self._snapshot_now = False
+        self._table_version: int | None = None  # the table's version as this store last committed or read it
+        self._tombstone_view = tombstones  # the account's tombstones read once (engine start); dropped after use
         self._pending_removals: list[tuple[int, Removal]] = []
         self._unflushed_bytes = 0
         self._oldest_unflushed: float | None = None
@@ -188,6 +195,7 @@ class DeltaStore:
             shutil.rmtree(self.table_path, ignore_errors=True)
             schema = SEALED_STREAM_SCHEMA if self.sealer is not None else STREAM_SCHEMA
             ensure_table(self.table_path, schema, [PARTITION_COLUMN], STREAM_TABLE_PROPERTIES, self.sync_always)
+        self._table_version = latest_version(self.table_path)
         ensure_table(self.layout.tombstones_table, TOMBSTONE_SCHEMA, None, TOMBSTONE_TABLE_PROPERTIES, self.sync_always)
 
     # -- the write path -----------------------------------------------------------------------
@@ -228,8 +236,9 @@ class DeltaStore:
     def has_pending(self) -> bool:
         return self._unflushed_bytes > 0 or bool(self._pending_removals)
 
-    def seal(self, index: MessageIndex) -> FlushJob | None:
-        """Cuts what is unflushed into a job; the log rolls to a new segment."""
+    def seal(self, index: MessageIndex, dedup: DedupSource | None = None) -> FlushJob | None:
+        """Cuts what is unflushed into a job; the log rolls to a new segment. `dedup` gives the stream's
+        duplicate window for an index snapshot taken with the job."""
         if not self.has_pending():
             return None
         groups = self.buffer.unflushed()
@@ -254,7 +263,7 @@ class DeltaStore:
         )
         self._snapshot_rows += (messages.num_rows if messages is not None else 0) + len(self._pending_removals)
         if self._snapshot_due():
-            job.snapshot = self._capture(index, last_msg_seq)
+            job.snapshot = self._capture(index, last_msg_seq, dedup)
         self._pending_removals = []
         self._unflushed_bytes = 0
         self._oldest_unflushed = None
@@ -271,19 +280,27 @@ class DeltaStore:
             self._snapshot_rows > 0 and time.monotonic() - self._snapshot_at >= SNAPSHOT_SECONDS
         )
 
-    def _capture(self, index: MessageIndex, flushed_seq: int) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    def _capture(
+        self, index: MessageIndex, flushed_seq: int, dedup: DedupSource | None
+    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """The index as it will be once the job is committed (everything sealed is in it), without the
-        names of subjects that have no message left (no erased subject outlives its messages)."""
+        names of subjects that have no message left (no erased subject outlives its messages), and the
+        duplicate window's ids (all of them are sealed too)."""
         index.forget_dead_subjects()
-        meta = {"stream_id": self.stream_id, "flushed_seq": flushed_seq, "lsn": self.wal.next_lsn - 1,
-                "partitions": sorted(self.partitioner.names())}
+        meta: dict[str, Any] = {"stream_id": self.stream_id, "flushed_seq": flushed_seq, "lsn": self.wal.next_lsn - 1,
+                                "partitions": sorted(self.partitioner.names())}
+        arrays = index.to_arrays()
+        if dedup is not None:
+            msg_ids, meta["last_msg_id"] = dedup()
+            arrays.update(index_file.pack_msg_ids(msg_ids))
         self._snapshot_now = False
-        return meta, index.to_arrays()
+        return meta, arrays
 
     def _write_snapshot(self, job: FlushJob) -> None:
         if job.snapshot is None:
             return
         meta, arrays = job.snapshot
+        meta["table_version"] = self._table_version
         try:
             size = index_file.write(self._snapshot_path, meta, arrays)
             log.debug("stream %s: index snapshot at seq %d (%d bytes)", self.stream, meta["flushed_seq"], size)
@@ -293,13 +310,13 @@ class DeltaStore:
         self._snapshot_rows = 0
         job.snapshot = None
 
-    def snapshot_if_stale(self, index: MessageIndex) -> None:
+    def snapshot_if_stale(self, index: MessageIndex, dedup: DedupSource | None = None) -> None:
         """Writes an index snapshot now if messages or removals were flushed since the last one and
         nothing is waiting (the engine's close: the next start then reads no table)."""
         if self.has_pending() or not (self._snapshot_rows or self._snapshot_now):
             return
         job = FlushJob(None, self.buffer.flushed_upto, [], index.last_seq, [], self.buffer.flushed_upto)
-        job.snapshot = self._capture(index, self.buffer.flushed_upto)
+        job.snapshot = self._capture(index, self.buffer.flushed_upto, dedup)
         self._write_snapshot(job)
 
     def drop_snapshot(self) -> None:
@@ -316,7 +333,7 @@ class DeltaStore:
         if job.messages is not None and not job.messages_committed:
             messages = job.messages
             with commit_lease(self.layout.lease_file(self.table_path), timeout=lease_timeout):
-                self._table.append(
+                version = self._table.append(
                     lambda done: messages.filter(pc.greater(messages.column("seq"), done)) if done else messages,
                     self.stream_id, job.last_msg_seq, partition_by=[PARTITION_COLUMN],
                     writer_properties=lambda rows: WriterProperties(
@@ -325,6 +342,7 @@ class DeltaStore:
                 )
             job.messages_committed = True
             self.commits += 1
+            self._table_version = version  # a job's commit in between changes no index content (see recover)
         if job.removals:
             self._commit_removals(job, lease_timeout)
         self._write_snapshot(job)
@@ -468,20 +486,33 @@ class DeltaStore:
         """
         recovered = Recovered()
         flushed_seq = 0
-        try:
-            flushed_seq = DeltaTable(str(self.table_path)).transaction_version(self.stream_id) or 0
-            has_table = True
-        except TableNotFoundError:
-            has_table = False
-        index, covered = self._index_from_snapshot(flushed_seq) if has_table else (None, None)
+        self._table_version = latest_version(self.table_path)
+        has_table = self._table_version is not None
+        snapshot = index_file.read(self._snapshot_path) if has_table else None
+        current = snapshot is not None and self._snapshot_is_current(snapshot[0])
+        if current:
+            assert snapshot is not None
+            flushed_seq = snapshot[0]["flushed_seq"]
+        elif has_table:
+            try:
+                flushed_seq = DeltaTable(str(self.table_path)).transaction_version(self.stream_id) or 0
+            except TableNotFoundError:
+                has_table = False
+        index, covered = self._index_from_snapshot(snapshot, flushed_seq) if has_table else (None, None)
         if index is None:
             index = self.new_index()
-        if has_table:
+        msg_ids = index_file.unpack_msg_ids(snapshot[1], msg_id_since_ns) if current and snapshot else None
+        if has_table and not current:
             self.partitioner.learn(self.reads.partitions())
             self._read_table_into(index, flushed_seq)
+            self._snapshot_now = True  # the next flush or close writes a snapshot the next start can trust
+        if msg_ids is not None and snapshot is not None:
+            recovered.msg_ids, recovered.last_msg_id = msg_ids, snapshot[0].get("last_msg_id")
+        elif has_table:
             recovered.msg_ids, recovered.last_msg_id = self.reads.recent_msg_ids(msg_id_since_ns)
         index.mark_flushed(flushed_seq)
-        tomb_lsn, last_seq = self._apply_tombstones(index, covered)
+        applied_lsn = int(snapshot[0].get("lsn", 0)) if covered is not None and snapshot is not None else 0
+        tomb_lsn, last_seq = self._apply_tombstones(index, covered, applied_lsn)
         grouped, segments = self.wal.recover_segments()
         self.wal.next_lsn = max(self.wal.next_lsn, tomb_lsn + 1)
         in_tables: list[Path] = []
@@ -513,10 +544,22 @@ class DeltaStore:
                       "sequences are skipped", self.stream, lost)
         return lost
 
-    def _index_from_snapshot(self, flushed_seq: int) -> tuple[MessageIndex | None, SeqSet | None]:
+    def _snapshot_is_current(self, meta: dict[str, Any]) -> bool:
+        """Whether nothing was committed to the table since the snapshot was written: then the table is
+        not opened at all (a restart of many idle streams reads one small file per stream). A maintenance
+        job's commit also makes it stale, although jobs change no index content (they make tombstoned
+        ranges physical and rewrite files): the table is read then, as for any snapshot."""
+        return (
+            meta.get("stream_id") == self.stream_id
+            and meta.get("table_version") is not None
+            and meta["table_version"] == self._table_version
+        )
+
+    def _index_from_snapshot(
+        self, found: tuple[dict[str, Any], dict[str, np.ndarray]] | None, flushed_seq: int
+    ) -> tuple[MessageIndex | None, SeqSet | None]:
         """The snapshot's index if it belongs to this stream and the table holds what it says; and the
         removals it already counts."""
-        found = index_file.read(self._snapshot_path)
         if found is None:
             return None, None
         meta, arrays = found
@@ -557,19 +600,19 @@ class DeltaStore:
         log.info("stream %s: removing %d log segment(s) already committed to the tables", self.stream, len(segments))
         self.wal.remove(segments)
 
-    def _apply_tombstones(self, index: MessageIndex, covered: SeqSet | None) -> tuple[int, int]:
-        """Removes the tombstoned ranges (the parts a snapshot does not already count as removed)."""
-        try:
-            dt = DeltaTable(str(self.layout.tombstones_table))
-        except TableNotFoundError:
-            return 0, 0
-        tomb_lsn = dt.transaction_version(self._lsn_app) or 0
-        last_seq = dt.transaction_version(self._seq_app) or 0
-        rows = dt.to_pyarrow_table(columns=["stream_id", "first_seq", "last_seq"], filters=[("stream_id", "=", self.stream_id)])
-        for first, last in zip(rows.column("first_seq").to_pylist(), rows.column("last_seq").to_pylist(), strict=True):
+    def _apply_tombstones(self, index: MessageIndex, covered: SeqSet | None, applied_lsn: int) -> tuple[int, int]:
+        """Removes the tombstoned ranges (the parts a snapshot does not already count as removed). When
+        every tombstone of the stream comes from a log record at or below `applied_lsn` (the snapshot's:
+        its index had applied them all in memory) there is nothing to remove; the removed set alone
+        cannot say so, since rows removed before their flush never reached the table nor that set."""
+        view, self._tombstone_view = self._tombstone_view, None  # the account's view serves one recovery
+        mine = (view or TombstoneView(self.layout.tombstones_table)).for_stream(self.stream_id)
+        if covered is not None and mine.lsn <= applied_lsn:
+            return mine.lsn, mine.last_seq
+        for first, last in mine.ranges():
             for a, b in covered.uncovered(first, last) if covered is not None else [(first, last)]:
                 index.remove_range(a, b)
-        return tomb_lsn, last_seq
+        return mine.lsn, mine.last_seq
 
     def _replay(
         self, record: Record, flushed_seq: int, tomb_lsn: int, index: MessageIndex, since_ns: int, recovered: Recovered

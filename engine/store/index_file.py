@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+import pyarrow as pa
 import xxhash
 
 
@@ -53,6 +54,34 @@ def decode(data: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         arrays[name] = np.frombuffer(body, dt, size, at).copy()
         at += dt.itemsize * size
     return header["meta"], arrays
+
+
+_MSG_ID_ARRAYS = ("msg_id_offsets", "msg_id_bytes", "msg_id_seqs", "msg_id_ts")
+MsgIds = list[tuple[str, int, int]]  # (msg_id, seq, ts in ns) of the duplicate window, in sequence order
+
+
+def pack_msg_ids(msg_ids: MsgIds) -> dict[str, np.ndarray]:
+    """The duplicate window's ids as arrays of a snapshot (a restart then reads no table for them)."""
+    column = pa.array([m[0] for m in msg_ids], pa.large_string())
+    offsets = np.frombuffer(column.buffers()[1], np.int64, len(column) + 1) if len(column) else np.zeros(1, np.int64)
+    data = np.frombuffer(column.buffers()[2], np.uint8) if len(column) and column.buffers()[2] else np.zeros(0, np.uint8)
+    return {
+        "msg_id_offsets": offsets.copy(), "msg_id_bytes": data[: int(offsets[-1])].copy(),
+        "msg_id_seqs": np.array([m[1] for m in msg_ids], np.int64), "msg_id_ts": np.array([m[2] for m in msg_ids], np.int64),
+    }
+
+
+def unpack_msg_ids(arrays: dict[str, np.ndarray], since_ns: int) -> MsgIds | None:
+    """The ids published at or after `since_ns`, taken out of `arrays`; None if the snapshot has none
+    (an older snapshot: the caller reads them from the table)."""
+    if any(name not in arrays for name in _MSG_ID_ARRAYS):
+        return None
+    offsets, data, seqs, ts = (arrays.pop(name) for name in _MSG_ID_ARRAYS)
+    keep = np.flatnonzero(ts >= since_ns).tolist()
+    raw = data.tobytes()
+    bounds = offsets.tolist()
+    seq_list, ts_list = seqs.tolist(), ts.tolist()
+    return [(raw[bounds[i] : bounds[i + 1]].decode(), seq_list[i], ts_list[i]) for i in keep]
 
 
 def write(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> int:

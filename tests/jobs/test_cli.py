@@ -197,6 +197,8 @@ def test_command_line_of_the_spark_commands() -> None:
     args = parser.parse_args(["sql", "SELECT 1", "--format", "csv"])
     assert (args.query, args.format, args.gateway) == ("SELECT 1", "csv", "http://127.0.0.1:4280")
     assert parser.parse_args(["serve", "--scheduler"]).scheduler is True
+    assert parser.parse_args(["serve"]).scheduler is True, "the scheduled jobs run by default: disk stays bounded"
+    assert parser.parse_args(["serve", "--no-scheduler"]).scheduler is False
     with pytest.raises(SystemExit):
         parser.parse_args(["jobs", "run", "vacuum"])
 
@@ -286,3 +288,15 @@ def test_serve_with_scheduler_restarts_its_child_after_a_kill_9(
     finally:
         gw.stop()
     assert pids and not any(_alive(pid) for pid in pids), "the gateway stops its child with itself"
+
+
+def test_serve_with_no_scheduler_starts_no_child(warehouse: Path) -> None:
+    gw = Gateway(warehouse).start()  # the test gateway passes --no-scheduler
+    try:
+        assert httpx.post(f"{gw.url}/v1/flush").json() == {"success": True, "commits": 0}
+        assert gw.proc is not None
+        children = Path(f"/proc/{gw.proc.pid}/task/{gw.proc.pid}/children").read_text().split()
+        assert children == [], "no scheduler child beside the gateway"
+        assert "scheduler started beside the gateway" not in gw.log.read_text()
+    finally:
+        gw.stop()

@@ -1,0 +1,107 @@
+"""The account's tombstones table read once for every stream's recovery.
+
+Each stream's removals (purges, deletes, limits) are rows of one shared Delta table, with two app
+transactions per stream: `<stream_id>/lsn` (the last log record committed there) and `<stream_id>/seq`
+(the stream's last sequence then). A restart used to open that table and scan it once per stream,
+which made a restart of ten thousand streams read it ten thousand times; `TombstoneView` reads the
+columns recovery needs once, groups them by stream, and hands each stream its part. It is built when
+the engine opens and dropped once every stream is recovered (nothing writes the table meanwhile: the
+flusher has not started). Counterpart: none in nats-server, whose deletions live in each stream's
+own message blocks.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+from engine.store.commits import transactions
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StreamTombstones:
+    """One stream's part of the tombstones table: its app-transaction versions and removed ranges."""
+
+    lsn: int  # the last log record whose removals are in the table
+    last_seq: int  # the stream's last sequence when it was committed
+    first_seqs: np.ndarray
+    last_seqs: np.ndarray
+
+    def ranges(self) -> list[tuple[int, int]]:
+        return list(zip(self.first_seqs.tolist(), self.last_seqs.tolist(), strict=True))
+
+
+_NONE = StreamTombstones(0, 0, np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+
+class TombstoneView:
+    """The tombstones table as it is now, read at the first question and grouped by stream id."""
+
+    def __init__(self, table_path: Path) -> None:
+        self.table_path = table_path
+        self._table: DeltaTable | None = None
+        self._loaded = False
+        self._starts: dict[str, tuple[int, int]] = {}  # stream_id -> [start, end) rows of the sorted columns
+        self._first = np.zeros(0, np.int64)
+        self._last = np.zeros(0, np.int64)
+        self._versions: dict[str, int] | None = None  # every app transaction, when the log could be read in one pass
+
+    def for_stream(self, stream_id: str) -> StreamTombstones:
+        """The stream's versions and ranges (none when the table does not exist yet)."""
+        if not self._loaded:
+            self._load()
+        if self._table is None:
+            return _NONE
+        lsn, last_seq = self._version(f"{stream_id}/lsn"), self._version(f"{stream_id}/seq")
+        start, end = self._starts.get(stream_id, (0, 0))
+        return StreamTombstones(lsn, last_seq, self._first[start:end], self._last[start:end])
+
+    def _version(self, app_id: str) -> int:
+        if self._versions is not None:
+            return self._versions.get(app_id, 0)
+        assert self._table is not None
+        return self._table.transaction_version(app_id) or 0
+
+    def _load(self) -> None:
+        self._loaded = True
+        try:
+            self._table = DeltaTable(str(self.table_path))
+        except TableNotFoundError:
+            return
+        self._versions = _checked(transactions(self.table_path), self._table)
+        rows = self._table.to_pyarrow_table(columns=["stream_id", "first_seq", "last_seq"])
+        if not rows.num_rows:
+            return
+        order = pc.sort_indices(rows, sort_keys=[("stream_id", "ascending")])
+        rows = rows.take(order)
+        ids = rows.column("stream_id").combine_chunks()
+        self._first = rows.column("first_seq").to_numpy().astype(np.int64)
+        self._last = rows.column("last_seq").to_numpy().astype(np.int64)
+        encoded = ids.dictionary_encode() if not pa.types.is_dictionary(ids.type) else ids
+        codes = encoded.indices.to_numpy(zero_copy_only=False)
+        names = encoded.dictionary.to_pylist()
+        bounds = np.flatnonzero(np.diff(codes)) + 1
+        starts = np.concatenate([[0], bounds]).tolist()
+        ends = np.concatenate([bounds, [len(codes)]]).tolist()
+        for start, end in zip(starts, ends, strict=True):
+            self._starts[names[codes[start]]] = (start, end)
+
+
+def _checked(versions: dict[str, int] | None, table: DeltaTable) -> dict[str, int] | None:
+    """The versions read from the log if delta-rs agrees on a sample of them; else None (ask delta-rs)."""
+    if versions is None:
+        return None
+    sample = list(versions.items())[-3:]
+    if any((table.transaction_version(app_id) or 0) != version for app_id, version in sample):
+        log.warning("%s: app transactions read from the log differ from delta-rs's; asking per stream", table)
+        return None
+    return versions
