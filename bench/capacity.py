@@ -303,7 +303,7 @@ def scenario_messages(args: argparse.Namespace, workdir: Path) -> dict:
     out: dict = {"messages": total, "subjects": 10, "payload": PAYLOAD}
     warehouse = workdir / "wh-messages"
     warehouse.mkdir()
-    extra = ["--flush-interval", "1"]
+    extra = ["--flush-interval", "1", "--nats-port", "0"]  # no NATS door: 4222 may be taken
     proc, port, startup = start_gateway(JETLAKE, warehouse, workdir / "messages.log", extra=extra)
     jl: dict = {"startup_s": startup}
     try:
@@ -409,7 +409,7 @@ def scenario_subjects(args: argparse.Namespace, workdir: Path, kind: str) -> dic
     out: dict = {"messages": total, "subjects": total if kind == "distinct" else 1000, "payload": PAYLOAD}
     warehouse = workdir / f"wh-subjects-{kind}"
     warehouse.mkdir()
-    extra = ["--flush-interval", "1"]
+    extra = ["--flush-interval", "1", "--nats-port", "0"]  # no NATS door: 4222 may be taken
     proc, port, _ = start_gateway(JETLAKE, warehouse, workdir / f"subjects-{kind}.log", extra=extra)
     jl: dict = {}
     rng = random.Random(2)
@@ -518,7 +518,7 @@ def scenario_streams(args: argparse.Namespace, workdir: Path) -> dict:
     count = args.streams
     warehouse = workdir / "wh-streams"
     warehouse.mkdir()
-    extra = ["--flush-interval", "1"]
+    extra = ["--flush-interval", "1", "--nats-port", "0"]  # no NATS door: 4222 may be taken
     proc, port, _ = start_gateway(JETLAKE, warehouse, workdir / "streams.log", extra=extra)
     names = [f"S{i:05d}" for i in range(count)]
     jl: dict = {"streams": count}
@@ -582,17 +582,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     parser.add_argument("--only", default="messages,subjects,streams", help="scenarios to run, comma-separated")
-    parser.add_argument("--messages", type=int, default=100_000_000)
-    parser.add_argument("--subject-messages", type=int, default=1_000_000)
-    parser.add_argument("--streams", type=int, default=10_000)
+    parser.add_argument("--messages", type=int, default=None, help="messages scenario size (default 100,000,000)")
+    parser.add_argument("--subject-messages", type=int, default=None,
+                        help="subjects scenario size, one subject per message (default 1,000,000)")
+    parser.add_argument("--streams", type=int, default=None, help="streams scenario size (default 10,000)")
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--skip-nats", action="store_true")
     parser.add_argument("--skip-sql", action="store_true")
     parser.add_argument("--skip-retention", action="store_true")
     parser.add_argument("--workdir", default=None, help="keep the warehouses here (default: a temporary folder)")
     args = parser.parse_args()
-    if args.quick:
-        args.messages, args.subject_messages, args.streams = 1_000_000, 100_000, 300
+    sizes = (1_000_000, 100_000, 300) if args.quick else (100_000_000, 1_000_000, 10_000)
+    args.messages = args.messages or sizes[0]
+    args.subject_messages = args.subject_messages or sizes[1]
+    args.streams = args.streams or sizes[2]
     set_log_name("capacity")
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="jetlake-capacity-"))
     workdir.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ Counterpart: server/consumer.go and the retention parts of stream.go.
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import shutil
 import string
@@ -70,7 +71,7 @@ class Consumers:
         histories = self.acks.recover()
         for stream in streams.values():
             folder = self.layout.consumer_configs / file_name(stream.name, "")
-            for path in sorted(folder.glob("*.json")) if folder.exists() else []:
+            for path in _config_files(folder):
                 record = orjson.loads(path.read_bytes())
                 config = parse_consumer_config(record["config"])
                 consumer = Consumer(stream, config, record["name"], record["consumer_id"], record["created"], record["ephemeral"])
@@ -381,3 +382,11 @@ def _named(config: ConsumerConfig, name: str) -> ConsumerConfig:
     named.name = name
     return named
 
+
+def _config_files(folder: Path) -> list[Path]:
+    """The consumer configs of a stream's folder, by name (one listing: a restart does this per stream)."""
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return []
+    return [folder / name for name in sorted(names) if name.endswith(".json")]

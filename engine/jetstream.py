@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_FLUSH_INTERVAL = 1.0
 DEFAULT_FLUSH_BYTES = 128 * 1024 * 1024
+LOAD_THREADS = 4  # streams recovered at once at start
+LOAD_PARALLEL_FROM = 16  # fewer streams are recovered one by one
 API_LEVEL = 1
 
 
@@ -138,8 +141,7 @@ class JetStream:
             self.layout.stream_configs.mkdir(parents=True, exist_ok=True)
             self._tombstones = TombstoneView(self.layout.tombstones_table)  # read once for every stream
             try:
-                for path in sorted(self.layout.stream_configs.glob("*.json")):
-                    self._load_stream(path)
+                self._load_streams(sorted(self.layout.stream_configs.glob("*.json")))
             finally:
                 self._tombstones = None
             from engine.erasures import registry  # pending erasures: forgotten again by the rebuilt memory
@@ -174,7 +176,19 @@ class JetStream:
             else:
                 log.info("engine closed: every stream flushed, warehouse released")
 
-    def _load_stream(self, path: Path) -> None:
+    def _load_streams(self, paths: list[Path]) -> None:
+        """Recovers every stream, a few at a time: a stream's recovery mostly waits on small files (its
+        config, index snapshot, log folder), and each touches only its own state and the shared,
+        read-only tombstone view. They are registered in name order."""
+        if len(paths) < LOAD_PARALLEL_FROM:
+            loaded = [self._load_stream(path) for path in paths]
+        else:
+            with ThreadPoolExecutor(LOAD_THREADS, thread_name_prefix="jetlake-recover") as pool:
+                loaded = list(pool.map(self._load_stream, paths))
+        for stream in loaded:
+            self._streams[stream.name] = _Entry(stream)
+
+    def _load_stream(self, path: Path) -> Stream:
         """Recovers one stream; a stream that cannot be recovered is kept apart, refusing every request."""
         record = orjson.loads(path.read_bytes())
         config, _ = parse_stream_config(record["config"])
@@ -195,11 +209,11 @@ class JetStream:
             stream = self._new_stream(config, record["created"], record["stream_id"], tokens, key_tokens)
             stream.unavailable = stream.failure = f"recovery failed: {type(exc).__name__}: {exc}"
             stream.recovered = False
-        self._streams[config.name] = _Entry(stream)
         log.info(
             "recovered stream %s: %d messages, last seq %d, in %.2fs",
             config.name, stream.index.msgs, stream.index.last_seq, time.monotonic() - started,
         )
+        return stream
 
     def _new_stream(self, config: StreamConfig, created: int, stream_id: str, partition_tokens: int,
                     key_tokens: int | None = None) -> Stream:

@@ -90,10 +90,17 @@ class SubjectTable:
         front = self._front
         if len(subjects) <= 16:
             return np.fromiter((front[s] if s in front else self.id(s) for s in subjects), np.int32, len(subjects))
-        distinct = dict.fromkeys(subjects)
-        misses = [s for s in distinct if s not in front]
-        found = dict(zip(misses, self._lookup_many(misses).tolist(), strict=True)) if misses else {}
-        return np.fromiter((front[s] if s in front else found[s] for s in subjects), np.int32, len(subjects))
+        known: dict[str, int] = {}
+        misses: list[str] = []
+        for s in dict.fromkeys(subjects):
+            sid = front.get(s)
+            if sid is None:
+                misses.append(s)
+            else:
+                known[s] = sid
+        if misses:  # the lookup may clear the front dict (it is bounded): ids are taken from `known` only
+            known.update(zip(misses, self._lookup_many(misses).tolist(), strict=True))
+        return np.fromiter((known[s] for s in subjects), np.int32, len(subjects))
 
     def _lookup_many(self, subjects: list[str]) -> np.ndarray:
         raws = [s.encode() for s in subjects]

@@ -242,6 +242,13 @@ def transactions(path: Path) -> dict[str, int] | None:
     return found
 
 
+def is_latest_version(path: Path, version: int) -> bool:
+    """Whether `version` is the table's latest: its commit file is there and the next one is not (commits
+    are numbered without gaps). Two stats, where `latest_version` lists the whole log folder."""
+    log_dir = path / "_delta_log"
+    return (log_dir / _commit_name(version)).exists() and not (log_dir / _commit_name(version + 1)).exists()
+
+
 def latest_version(path: Path) -> int | None:
     """The table's latest version from the names of its commit files (no log replay), None without
     any: what tells a restart whether anything committed since an index snapshot was written."""

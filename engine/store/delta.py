@@ -33,7 +33,7 @@ from engine.store import index_file
 from engine.store.rows import KIND_ARROW, KIND_PACKED, RowGroup, Rows, decode
 from engine.store.backlog import Backlog
 from engine.store.base import Recovered, Removal, StoredMessage
-from engine.store.commits import TableCommitter, ensure_table, latest_version
+from engine.store.commits import TableCommitter, ensure_table, is_latest_version, latest_version
 from engine.store.layout import (
     PARTITION_COLUMN,
     SEALED_STREAM_SCHEMA,
@@ -486,10 +486,12 @@ class DeltaStore:
         """
         recovered = Recovered()
         flushed_seq = 0
-        self._table_version = latest_version(self.table_path)
-        has_table = self._table_version is not None
-        snapshot = index_file.read(self._snapshot_path) if has_table else None
+        snapshot = index_file.read(self._snapshot_path)
         current = snapshot is not None and self._snapshot_is_current(snapshot[0])
+        if not current:
+            self._table_version = latest_version(self.table_path)
+        has_table = self._table_version is not None
+        snapshot = snapshot if has_table else None
         if current:
             assert snapshot is not None
             flushed_seq = snapshot[0]["flushed_seq"]
@@ -549,11 +551,13 @@ class DeltaStore:
         not opened at all (a restart of many idle streams reads one small file per stream). A maintenance
         job's commit also makes it stale, although jobs change no index content (they make tombstoned
         ranges physical and rewrite files): the table is read then, as for any snapshot."""
-        return (
-            meta.get("stream_id") == self.stream_id
-            and meta.get("table_version") is not None
-            and meta["table_version"] == self._table_version
-        )
+        version = meta.get("table_version")
+        if meta.get("stream_id") != self.stream_id or not isinstance(version, int):
+            return False
+        if not is_latest_version(self.table_path, version):
+            return False
+        self._table_version = version
+        return True
 
     def _index_from_snapshot(
         self, found: tuple[dict[str, Any], dict[str, np.ndarray]] | None, flushed_seq: int

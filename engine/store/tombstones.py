@@ -13,6 +13,7 @@ own message blocks.
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +51,7 @@ class TombstoneView:
         self.table_path = table_path
         self._table: DeltaTable | None = None
         self._loaded = False
+        self._lock = threading.Lock()
         self._starts: dict[str, tuple[int, int]] = {}  # stream_id -> [start, end) rows of the sorted columns
         self._first = np.zeros(0, np.int64)
         self._last = np.zeros(0, np.int64)
@@ -57,8 +59,9 @@ class TombstoneView:
 
     def for_stream(self, stream_id: str) -> StreamTombstones:
         """The stream's versions and ranges (none when the table does not exist yet)."""
-        if not self._loaded:
-            self._load()
+        with self._lock:  # streams recover in parallel; the first one to ask reads the table
+            if not self._loaded:
+                self._load()
         if self._table is None:
             return _NONE
         lsn, last_seq = self._version(f"{stream_id}/lsn"), self._version(f"{stream_id}/seq")

@@ -184,9 +184,11 @@ class WriteAheadLog:
         self._fp_unlink = f"{name}.unlink"
 
     def segments(self) -> list[Path]:
-        if not self.directory.exists():
+        try:
+            names = os.listdir(self.directory)
+        except FileNotFoundError:
             return []
-        return sorted(p for p in self.directory.iterdir() if p.name.endswith(SUFFIX))
+        return [self.directory / name for name in sorted(names) if name.endswith(SUFFIX)]
 
     # -- recovery -----------------------------------------------------------------------------
 

@@ -1,0 +1,175 @@
+"""Lakehouse scale at a size the suite affords: 2,000,000 messages on 100,000 subjects in one stream,
+a KV bucket of 100,000 keys. What must stay exact at that size: per-subject limits, `last_by_subj`,
+subject paging, a purge by a wildcard across many subjects, and all of it after a restart (clean, and
+one that reads no snapshot); and what must stay bounded: the table's partition folders and files.
+
+Run apart with `-m scale` (it takes about two minutes on a quiet machine); no timing is asserted.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from engine import EngineOptions, JetStream, ManualClock
+from engine.messages import PlainBatch
+from engine.store.layout import HASHED_PARTITIONS, NAMED_PARTITIONS
+from engine.stream import SUBJECTS_PAGE
+
+pytestmark = pytest.mark.scale
+
+MESSAGES = 2_000_000
+SUBJECTS = 100_000
+ROUNDS = MESSAGES // SUBJECTS  # each subject gets one message per round, in subject order
+KEEP = 16  # max_msgs_per_subject: the first ROUNDS - KEEP rounds leave
+BATCH = 50_000
+GROUPS = 10  # subject k is ord.<k % GROUPS>.<k>
+
+
+def subject(k: int) -> str:
+    return f"ord.{k % GROUPS}.{k}"
+
+
+def seq_of(k: int, round_: int) -> int:
+    return round_ * SUBJECTS + k + 1
+
+
+def _open(warehouse: Path) -> JetStream:
+    js = JetStream(warehouse, EngineOptions(), clock=ManualClock())
+    js.open(start_flusher=False)
+    return js
+
+
+def _crash(js: JetStream) -> None:
+    """What a kill -9 leaves: no final flush, no snapshot; the warehouse is let go."""
+    for entry in js._streams.values():
+        entry.stream.store.wal.close()
+    js.consumers.acks.wal.close()
+    js._owner.release()
+
+
+def _publish(js: JetStream, subjects: list[str], first: int, count: int, payload: pa.BinaryArray) -> None:
+    for start in range(first, first + count, BATCH):
+        n = min(BATCH, first + count - start)
+        answer = js.publish_batch(PlainBatch([subjects[i % len(subjects)] for i in range(start, start + n)], payload[:n]))
+        assert not isinstance(answer, list) or all(not isinstance(a, Exception) for a in answer)
+        if (start // BATCH) % 4 == 3:
+            js.flush()  # as the flusher would: the unflushed log stays small
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A warehouse with the stream ORD: 2 M messages published, 1.6 M kept by the per-subject limit."""
+    warehouse = tmp_path_factory.mktemp("scale") / "warehouse"
+    warehouse.mkdir()
+    js = _open(warehouse)
+    try:
+        js.add_stream({"name": "ORD", "subjects": ["ord.>"], "max_msgs_per_subject": KEEP})
+        names = [subject(k) for k in range(SUBJECTS)]
+        payload = pa.array([b"m" * 100] * BATCH, pa.binary())
+        _publish(js, names, 0, MESSAGES, payload)
+        js.flush()
+    finally:
+        js.close()
+    yield warehouse
+
+
+def _check_stream(js: JetStream) -> None:
+    stream = js.stream("ORD")
+    ix = stream.index
+    assert ix.msgs == SUBJECTS * KEEP
+    assert ix.num_subjects == SUBJECTS
+    assert (ix.first_seq, ix.last_seq) == (seq_of(0, ROUNDS - KEEP), MESSAGES)
+    rng = random.Random(5)
+    for k in rng.sample(range(SUBJECTS), 200):
+        assert ix.subject_state(subject(k)) == (KEEP, seq_of(k, ROUNDS - KEEP), seq_of(k, ROUNDS - 1)), k
+        last = stream.last_by_subject(subject(k))
+        assert (last.seq, last.subject, last.data) == (seq_of(k, ROUNDS - 1), subject(k), b"m" * 100)
+        gone = seq_of(k, ROUNDS - KEEP - 1)
+        assert not ix.is_live(gone), "the per-subject limit removed the older ones"
+    page = js.stream_info("ORD", "ord.3.*")
+    assert page["total"] == SUBJECTS // GROUPS and len(page["state"]["subjects"]) == SUBJECTS // GROUPS
+    assert set(page["state"]["subjects"].values()) == {KEEP}
+    everything = js.stream_info("ORD", ">")
+    assert everything["total"] == SUBJECTS and len(everything["state"]["subjects"]) == min(SUBJECTS, SUBJECTS_PAGE)
+    tail = js.stream_info("ORD", ">", offset=SUBJECTS - 7)["state"]["subjects"]
+    expected = sorted(subject(k) for k in range(SUBJECTS))[-7:]
+    assert list(tail) == expected, "pages are sorted by name and start at the offset"
+
+
+def test_limits_last_by_subject_and_paging_are_exact_after_a_clean_restart(loaded: Path) -> None:
+    js = _open(loaded)
+    try:
+        _check_stream(js)
+    finally:
+        js.close()
+
+
+def test_the_table_stays_coarse_whatever_the_subject_count(loaded: Path) -> None:
+    table = loaded / "default" / "streams" / "ORD"
+    folders = [p for p in table.iterdir() if p.is_dir() and p.name != "_delta_log"]
+    assert folders and len(folders) <= NAMED_PARTITIONS + HASHED_PARTITIONS, [p.name for p in folders]
+    files = list(table.rglob("*.parquet"))
+    flushes = -(-MESSAGES // (4 * BATCH)) + 1
+    assert len(files) <= flushes * len(folders), "one file per partition per flush at most"
+
+
+def test_a_restart_without_snapshot_rebuilds_the_same_state(loaded: Path) -> None:
+    snapshot = loaded / "default" / "_system" / "index" / "ORD.idx"
+    saved = snapshot.read_bytes()
+    snapshot.unlink()
+    try:
+        js = _open(loaded)
+        try:
+            _check_stream(js)
+        finally:
+            js.close()
+    finally:
+        snapshot.write_bytes(saved)
+
+
+def test_a_purge_by_wildcard_across_many_subjects_survives_a_crash(loaded: Path) -> None:
+    js = _open(loaded)
+    purged = js.purge("ORD", "ord.7.*")
+    assert purged == SUBJECTS // GROUPS * KEEP
+    js.flush()
+    _crash(js)
+    again = _open(loaded)
+    try:
+        ix = again.stream("ORD").index
+        assert ix.msgs == (SUBJECTS - SUBJECTS // GROUPS) * KEEP
+        assert ix.num_subjects == SUBJECTS - SUBJECTS // GROUPS
+        assert again.stream_info("ORD", "ord.7.*").get("total", 0) == 0
+        assert len(again.stream("ORD").last_seqs("ord.7.*")) == 0
+        assert ix.subject_state(subject(8)) == (KEEP, seq_of(8, ROUNDS - KEEP), seq_of(8, ROUNDS - 1))
+    finally:
+        again.close()
+
+
+def test_a_kv_bucket_of_100k_keys_lists_them_by_filter(tmp_path: Path) -> None:
+    warehouse = tmp_path / "warehouse"
+    warehouse.mkdir()
+    js = _open(warehouse)
+    try:
+        js.kv.create({"bucket": "PROFILES", "history": 2})
+        keys = [f"{'user' if k % 4 else 'group'}.{k}" for k in range(100_000)]
+        payload = pa.array([b"v" * 40] * BATCH, pa.binary())
+        _publish(js, [f"$KV.PROFILES.{key}" for key in keys], 0, len(keys), payload)
+        js.kv.delete("PROFILES", "user.1")
+        js.flush()
+        js.close()
+        js = _open(warehouse)
+        groups = js.kv.keys("PROFILES", "group.*")
+        assert sorted(groups) == sorted(k for k in keys if k.startswith("group."))
+        users = js.kv.keys("PROFILES", "user.*")
+        assert len(users) == 75_000 - 1 and "user.1" not in users and "user.3" in users
+        assert js.kv.get("PROFILES", "user.99999").value == b"v" * 40
+        assert js.kv.status("PROFILES")["values"] == 100_001  # the delete marker is a value of the stream
+        assert np.unique(js.stream("KV_PROFILES").last_seqs(">")).size == 100_000
+    finally:
+        js.close()
