@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import random
 import re
@@ -227,8 +228,14 @@ def nats_bench(url: str, args: list[str], timeout: float) -> tuple[float | None,
     log("running " + " ".join(cmd))
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     text = run.stdout + run.stderr
-    rates = re.findall(r"([\d,]+) msgs/sec", text)
+    rates = re.findall(r"aggregated stats: ([\d,]+) msgs/sec", text) or re.findall(r"([\d,]+) msgs/sec", text)
     return (float(rates[0].replace(",", "")) if rates else None), text[-1500:]
+
+
+def nats_max_bytes(total: int) -> str:
+    """The stream's max_bytes for `nats bench --create`: room for the messages, not more than the disk
+    has (nats-server refuses a stream whose max_bytes exceeds its storage with 10047)."""
+    return f"{max(1, math.ceil(total * PAYLOAD * 4 / 1e9))}GB"
 
 
 async def _nats_reads(url: str, stream: str, seqs: list[int], times: list[int], subjects: list[str]) -> dict:
@@ -272,19 +279,30 @@ def nats_reads(url: str, stream: str, seqs: list[int], times: list[int], subject
 
 
 async def _nats_wait_stream(url: str, stream: str, timeout: float) -> dict:
+    """The stream's state once the restarted server answers STREAM.INFO (raw JSON: nats-py's
+    StreamState has no `num_subjects`)."""
     import nats
 
     deadline = time.monotonic() + timeout
     while True:
         try:
             nc = await nats.connect(url, connect_timeout=1, max_reconnect_attempts=0)
-            info = await nc.jetstream().stream_info(stream)
-            await nc.close()
-            return {"messages": info.state.messages, "first_seq": info.state.first_seq, "last_seq": info.state.last_seq}
-        except Exception:
+            try:
+                reply = await nc.request(f"$JS.API.STREAM.INFO.{stream}", b"", timeout=30)
+            finally:
+                await nc.close()
+            info = json.loads(reply.data)
+            if "error" in info:
+                if info["error"].get("err_code") == 10059:
+                    return {"error": f"stream {stream} not found after the restart"}
+                raise RuntimeError(info["error"])
+            state = info["state"]
+            return {k: state.get(k) for k in ("messages", "first_seq", "last_seq", "num_subjects")}
+        except Exception as exc:
             if time.monotonic() > deadline:
                 raise
-            await asyncio.sleep(0.05)
+            log(f"waiting for nats-server's stream {stream}: {exc!r}")
+            await asyncio.sleep(0.2)
 
 
 def nats_restart(proc, store: Path, workdir: Path, stream: str) -> tuple:
@@ -388,7 +406,7 @@ def _nats_messages(args: argparse.Namespace, workdir: Path, total: int, seqs: li
             out["publish_msgs_s"], text = nats_bench(url, [
                 "js", "pub", "async", "cap", "--msgs", str(total), "--size", f"{PAYLOAD}B", "--batch", str(BATCH),
                 "--clients", str(args.clients), "--create", "--storage", "file", "--stream", "CAP",
-                "--multisubject", "--multisubjectmax", "10", "--maxbytes", "1TB",
+                "--multisubject", "--multisubjectmax", "10", "--maxbytes", nats_max_bytes(total),
             ], timeout=24 * 3600)
         out["rss_peak_mb"] = peak.peak
         out["rss_after_load_mb"] = rss_mb(proc.pid)
@@ -480,7 +498,8 @@ def _nats_subjects(args: argparse.Namespace, workdir: Path, total: int, kind: st
         out["publish_msgs_s"], text = nats_bench(url, [
             "js", "pub", "async", "cap", "--msgs", str(total), "--size", f"{PAYLOAD}B", "--batch", str(BATCH),
             "--clients", str(args.clients), "--create", "--storage", "file", "--stream", "CAP",
-            "--multisubject", "--multisubjectmax", str(total if kind == "distinct" else 1000), "--maxbytes", "1TB",
+            "--multisubject", "--multisubjectmax", str(total if kind == "distinct" else 1000),
+            "--maxbytes", nats_max_bytes(total),
         ], timeout=24 * 3600)
         if out["publish_msgs_s"] is None:
             out["bench_output"] = text

@@ -954,7 +954,8 @@ class MessageIndex:
     def memory_bytes(self) -> int:
         """What the index holds in memory: summaries, subjects, removed ranges and details."""
         details = sum(d.nbytes for d in self._pinned.values()) + self._cache_used
-        return int(self._live.nbytes * 4 + 200 * len(self._hist)) + self.removed.nbytes + self.subjects.nbytes + details
+        hists = sum(h.sids.nbytes + h.counts.nbytes + (100 * len(h.open) if h.open is not None else 0) for h in self._hist)
+        return int(self._live.nbytes * 4 + 100 * len(self._hist)) + hists + self.removed.nbytes + self.subjects.nbytes + details
 
 
 def _counted(sids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
