@@ -363,8 +363,11 @@ def scenario_messages(args: argparse.Namespace, workdir: Path) -> dict:
 
 
 def _index_bytes(port: int, stream: str) -> int | None:
-    status, body = http_call(port, "GET", "/metrics")
-    if status != 200 or not isinstance(body, str):
+    client = RawHTTP(port)  # the whole text: http_call keeps 500 characters of a non-JSON answer
+    status, raw = client.request(build_request("GET", "/metrics", port, b""))
+    client.close()
+    body = bytes(raw).decode(errors="replace")
+    if status != 200:
         return None
     match = re.search(rf'jetlake_stream_index_bytes{{stream="{stream}"}} (\d+)', body)
     return int(match.group(1)) if match else None
@@ -431,7 +434,8 @@ def scenario_subjects(args: argparse.Namespace, workdir: Path, kind: str) -> dic
     proc, port, _ = start_gateway(JETLAKE, warehouse, workdir / f"subjects-{kind}.log", extra=extra)
     jl: dict = {}
     rng = random.Random(2)
-    subjects = [SUBJECTS[kind](rng.randint(1, total)) for _ in range(SAMPLES)]
+    picks = [rng.randint(1, total - 1) for _ in range(SAMPLES)]
+    subjects = [SUBJECTS[kind](i) for i in picks]
     try:
         status, _ = http_call(port, "POST", "/v1/streams", {"name": "CAP", "subjects": ["cap.>"]})
         assert status in (200, 201), status
@@ -458,7 +462,7 @@ def scenario_subjects(args: argparse.Namespace, workdir: Path, kind: str) -> dic
         jl["sql"] = _sql_by_subject(warehouse, subjects[0])
     out["jetlake"] = jl
     if not args.skip_nats:
-        out["nats"] = _nats_subjects(args, workdir, total, kind, subjects)
+        out["nats"] = _nats_subjects(args, workdir, total, kind, picks)
     nats = out.get("nats", {})
     out["ratios"] = {
         "publish_msgs_s": ratio(jl["publish"]["msgs_s"], nats.get("publish_msgs_s")),
@@ -489,7 +493,7 @@ def _sql_by_subject(warehouse: Path, subject: str) -> dict:
     return json.loads(lines[-1]) if lines else {"error": run.stderr[-500:]}
 
 
-def _nats_subjects(args: argparse.Namespace, workdir: Path, total: int, kind: str, subjects: list[str]) -> dict:
+def _nats_subjects(args: argparse.Namespace, workdir: Path, total: int, kind: str, picks: list[int]) -> dict:
     store = workdir / f"nats-subjects-{kind}"
     proc, port = start_nats(find_nats_server(), store, workdir / f"nats-subjects-{kind}.log")
     url = f"nats://{HOST}:{port}"
@@ -507,8 +511,9 @@ def _nats_subjects(args: argparse.Namespace, workdir: Path, total: int, kind: st
         out["disk_bytes"] = disk_bytes(store)
         proc, port, out["restart_s"], out["state"] = nats_restart(proc, store, workdir, "CAP")
         out["rss_after_restart_mb"] = rss_mb(proc.pid)
-        # nats bench names its subjects <subject>.<n>: ask for the same ones by that spelling
-        names = [f"cap.{s.rsplit('k', 1)[1]}" for s in subjects]
+        # nats bench names its subjects <subject>.<n>, n zero-padded to the digits of --multisubjectmax
+        most = total if kind == "distinct" else 1000
+        names = [f"cap.{i % most:0{len(str(most))}d}" for i in picks]
         out.update(nats_reads(f"nats://{HOST}:{port}", "CAP", [], [], names))
         out["rss_after_reads_mb"] = rss_mb(proc.pid)
     finally:
@@ -538,9 +543,9 @@ def scenario_streams(args: argparse.Namespace, workdir: Path) -> dict:
     warehouse = workdir / "wh-streams"
     warehouse.mkdir()
     extra = ["--flush-interval", "1", "--nats-port", "0"]  # no NATS door: 4222 may be taken
-    proc, port, _ = start_gateway(JETLAKE, warehouse, workdir / "streams.log", extra=extra)
+    proc, port, startup = start_gateway(JETLAKE, warehouse, workdir / "streams.log", extra=extra)
     names = [f"S{i:05d}" for i in range(count)]
-    jl: dict = {"streams": count}
+    jl: dict = {"streams": count, "startup_empty_s": startup}  # the gateway's own start: imports, no stream
     try:
         clients = min(args.clients, 4)
         t0 = time.monotonic()

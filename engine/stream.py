@@ -317,11 +317,9 @@ class Stream:
             ix.append_run(first, subjects, sizes, ts)
             acc.add_run(plain_rows(first, subject_column, ts, data, sizes, partition_column))
             self.last_msg_id = None
-            if c.max_msgs_per_subject > 0:
-                for subject in subject_lengths:
-                    self._enforce_limits(subject, acc)
-            else:
-                self._enforce_limits(subjects[-1], acc)
+            if c.max_msgs_per_subject > 0 and len(subject_lengths) > 1:
+                self._enforce_subject_limits(list(subject_lengths), acc)
+            self._enforce_limits(subjects[-1], acc)
         return refused if refused is not None else AckRun(c.name, first, count)
 
     def _refuse_too_large(self, keep: np.ndarray) -> list[PublishResult]:
@@ -457,6 +455,19 @@ class Stream:
             acc.remove("limits", self._remove_through(ix.nth_live_seq(ix.msgs - c.max_msgs))[1])
         if c.max_bytes > 0 and ix.bytes > c.max_bytes:
             acc.remove("limits", self._remove_through(ix.seq_covering_bytes(ix.bytes - c.max_bytes))[1])
+
+    def _enforce_subject_limits(self, subjects: list[str], acc: _Accepted) -> None:
+        """`max_msgs_per_subject` for the many subjects of a columnar run at once: a subject one over the
+        limit (a run usually adds one message per subject) loses its first message, and those go in
+        one removal; a subject further over goes through `_enforce_limits` alone."""
+        table, limit = self.index.subjects, self.config.max_msgs_per_subject
+        sids = table.ids(subjects)
+        excess = table.msgs[sids] - limit
+        if not (excess > 0).any():
+            return
+        acc.remove("limits", self._remove(np.unique(table.first[sids[excess == 1]])))
+        for i in np.flatnonzero(excess > 1).tolist():
+            self._enforce_limits(subjects[i], acc)
 
     def _expire(self, now: int, acc: _Accepted | None = None) -> None:
         """`max_age`: messages older than it leave every read at once (not while writes are refused:

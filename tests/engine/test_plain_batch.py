@@ -67,6 +67,7 @@ CONFIGS = [
     pytest.param({"max_msgs": 5}, id="max_msgs-discard-old"),
     pytest.param({"max_bytes": 150}, id="max_bytes-discard-old"),
     pytest.param({"max_msgs_per_subject": 2}, id="per-subject"),
+    pytest.param({"max_msgs_per_subject": 1, "max_msgs": 3}, id="per-subject-one-and-max_msgs"),
     pytest.param({"max_msgs": 5, "discard": "new"}, id="discard-new-fallback"),
     pytest.param({"retention": "interest"}, id="interest-fallback"),
     pytest.param({"storage": "memory", "max_msgs": 6}, id="memory"),
