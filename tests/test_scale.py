@@ -1,7 +1,8 @@
 """Lakehouse scale at a size the suite affords: 2,000,000 messages on 100,000 subjects in one stream,
 a KV bucket of 100,000 keys. What must stay exact at that size: per-subject limits, `last_by_subj`,
 subject paging, a purge by a wildcard across many subjects, and all of it after a restart (clean, and
-one that reads no snapshot); and what must stay bounded: the table's partition folders and files.
+one that reads no snapshot); erasing one subject among them rewrites only the files holding it; and
+what must stay bounded: the table's partition folders and files.
 
 Run apart with `-m scale` (it takes about two minutes on a quiet machine); no timing is asserted.
 """
@@ -15,11 +16,15 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
 
 from engine import EngineOptions, JetStream, ManualClock
+from engine.erasures import registry
 from engine.messages import PlainBatch
 from engine.store.layout import HASHED_PARTITIONS, NAMED_PARTITIONS
 from engine.stream import SUBJECTS_PAGE
+from jobs import erase
 
 pytestmark = pytest.mark.scale
 
@@ -171,5 +176,41 @@ def test_a_kv_bucket_of_100k_keys_lists_them_by_filter(tmp_path: Path) -> None:
         assert js.kv.get("PROFILES", "user.99999").value == b"v" * 40
         assert js.kv.status("PROFILES")["values"] == 100_001  # the delete marker is a value of the stream
         assert np.unique(js.stream("KV_PROFILES").last_seqs(">")).size == 100_000
+    finally:
+        js.close()
+
+
+@pytest.mark.spark
+def test_erasing_one_subject_among_100k_rewrites_only_the_files_holding_it(tmp_path: Path, spark: SparkSession) -> None:
+    """Five flushes of 40,000 messages on 100,000 subjects; one subject's messages are all in the third.
+    The erase job deletes them by sequence: that file is rewritten, the four others stay as they are."""
+    warehouse = tmp_path / "warehouse"
+    warehouse.mkdir()
+    js = _open(warehouse)
+    try:
+        js.add_stream({"name": "GDPR", "subjects": ["ord.>"]})
+        names = [subject(k) for k in range(SUBJECTS)]
+        payload = pa.array([b"p" * 100] * BATCH, pa.binary())
+        secret = "ord.4.secret"
+        for flush in range(5):
+            subjects = [names[(flush * 40_000 + i) % SUBJECTS] for i in range(40_000)]
+            if flush == 2:
+                subjects[::1000] = [secret] * 40
+            js.publish_batch(PlainBatch(subjects, payload[:40_000]))
+            js.flush()
+        table = js.layout.stream_table("GDPR")
+        before = {p.relative_to(table) for p in table.rglob("*.parquet")}
+        assert len(before) == 5
+        answer = registry(js.layout).erase(js.stream("GDPR"), filter_=secret)
+        assert answer["messages"] == 40
+        figures = erase.run(spark, js.layout)
+        assert figures["requests_done"] == 1 and figures["rows_deleted"] == 40
+        after = {p.relative_to(table) for p in table.rglob("*.parquet")}
+        kept = before & after
+        assert len(kept) == 4, "only the file holding the subject was rewritten"
+        assert len(after - before) == 1
+        rows = DeltaTable(str(table)).to_pyarrow_table(columns=["subject"])
+        assert rows.num_rows == 200_000 - 40 and secret not in set(rows.column("subject").to_pylist())
+        assert js.stream("GDPR").index.num_subjects == SUBJECTS
     finally:
         js.close()
