@@ -285,12 +285,13 @@ class DeltaStore:
     ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """The index as it will be once the job is committed (everything sealed is in it), without the
         names of subjects that have no message left (no erased subject outlives its messages), and the
-        duplicate window's ids (all of them are sealed too)."""
+        duplicate window's ids (all of them are sealed too). An encrypted stream's ids are header content:
+        they stay out of the snapshot, which is not encrypted, and are read back from the sealed table."""
         index.forget_dead_subjects()
         meta: dict[str, Any] = {"stream_id": self.stream_id, "flushed_seq": flushed_seq, "lsn": self.wal.next_lsn - 1,
                                 "partitions": sorted(self.partitioner.names())}
         arrays = index.to_arrays()
-        if dedup is not None:
+        if dedup is not None and self.sealer is None:
             msg_ids, meta["last_msg_id"] = dedup()
             arrays.update(index_file.pack_msg_ids(msg_ids))
         self._snapshot_now = False

@@ -171,3 +171,18 @@ def test_large_groups_seal_as_one_batch_and_replay(boxed: list[JetStream], wareh
     found = js.stream("BIG").load_many(list(range(1, 202)))
     assert [m.data for m in found] == [MARKER + b" %d" % i for i in range(1, 201)] + [MARKER + b" small"]
     assert [m.msg_id for m in found[:4]] == ["b1", None, "b3", None]
+
+
+def test_message_ids_stay_sealed_in_the_index_snapshot_and_still_deduplicate(
+    boxed: list[JetStream], warehouse: Path, clock: ManualClock
+) -> None:
+    js = boxed[0]
+    js.add_stream({"name": "IDS", "subjects": ["ids.>"]})
+    msg_id = MARKER.decode() + "-order-1"
+    assert isinstance(js.publish_one("ids.a", b"first", {"Nats-Msg-Id": [msg_id]}), PubAck)
+    js.flush()
+    js.close()  # writes the index snapshot, which holds the duplicate window of plain streams
+    assert MARKER not in warehouse_bytes(warehouse)
+    boxed[0] = js = open_engine(warehouse, clock)
+    again = js.publish_one("ids.a", b"again", {"Nats-Msg-Id": [msg_id]})
+    assert isinstance(again, PubAck) and again.duplicate and again.seq == 1
