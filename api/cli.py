@@ -30,7 +30,6 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any, TextIO
 
 from engine import EngineOptions
@@ -43,6 +42,7 @@ from engine.jetstream import DEFAULT_FLUSH_BYTES, DEFAULT_FLUSH_INTERVAL
 from engine.store.backlog import DEFAULT_MAX_LOG_BYTES, DEFAULT_MAX_TOTAL_BYTES
 from engine.store.layout import DEFAULT_ACCOUNT
 from engine.store.lease import OwnerLockedError
+from engine.store.objectstore import ObjectStoreError, WarehouseLocation
 from engine.messages import DEFAULT_MAX_PAYLOAD
 
 log = logging.getLogger("jetlake")
@@ -104,20 +104,27 @@ def _serve(args: argparse.Namespace) -> int:
         max_payload=args.max_payload,
         max_unflushed_bytes=args.max_unflushed_bytes,
         max_unflushed_total=args.max_unflushed_total,
+        wal_dir=args.wal_dir,
+        wal=args.wal,
+        takeover_wait=args.takeover_wait,
     )
-    warehouse = Path(args.warehouse or config.jetstream.store_dir or "./warehouse")
+    try:
+        warehouse = WarehouseLocation.parse(args.warehouse or config.jetstream.store_dir or "./warehouse")
+    except ValueError as exc:
+        print(f"jetlake: {exc}", file=sys.stderr)
+        return 2
     accounts = Accounts(warehouse, options, config)
     try:
         accounts.open()
         # Publishing allocates many short-lived objects; collecting less often keeps the GC off the hot path.
         gc.freeze()
         gc.set_threshold(50_000, 50, 100)
-    except (OwnerLockedError, KeyringError) as exc:  # a wrong or missing key: nothing was written
+    except (OwnerLockedError, KeyringError, ObjectStoreError) as exc:  # a wrong or missing key: nothing was written
         print(f"jetlake: {exc}", file=sys.stderr)
         return 2
     log.info(
         "serving warehouse %s on %s://%s:%d (accounts %s; authentication %s; sync %s, flush every %.2fs)",
-        warehouse.resolve(), "https" if tls else "http", args.host, args.port, ", ".join(accounts.names()),
+        warehouse.uri(), "https" if tls else "http", args.host, args.port, ", ".join(accounts.names()),
         "required" if authenticator.required else "off", sync, args.flush_interval,
     )
     doors = []
@@ -126,7 +133,7 @@ def _serve(args: argparse.Namespace) -> int:
 
         doors.append(NatsServer(accounts, args.nats_host or args.host, args.nats_port, auth=authenticator,
                                 max_payload=args.max_payload))
-    scheduler = _SchedulerChild(warehouse.resolve(), args.spark_master) if args.scheduler else None
+    scheduler = _SchedulerChild(warehouse.uri(), args.spark_master) if args.scheduler else None
     if scheduler is not None:
         scheduler.start()
         # uvicorn re-raises a captured SIGTERM after its shutdown, which would end this process before
@@ -192,7 +199,7 @@ class _SchedulerChild:
 
     GRACE = 20.0
 
-    def __init__(self, warehouse: Path, master: str | None) -> None:
+    def __init__(self, warehouse: str, master: str | None) -> None:
         self.cmd = [sys.executable, "-m", "api.cli", "scheduler", "--warehouse", str(warehouse),
                     "--parent-pid", str(os.getpid())]
         if master:
@@ -266,7 +273,7 @@ def _jobs_run(args: argparse.Namespace) -> int:
     keyrings = {account: _keyring(args, Layout(args.warehouse, account)) for account in accounts}
     if any(k is False for k in keyrings.values()):
         return 2  # a wrong key refuses the run before Spark starts
-    spark = spark_session(args.master, app_name=f"jetlake-jobs-{args.job}")
+    spark = spark_session(args.master, app_name=f"jetlake-jobs-{args.job}", warehouse=args.warehouse)
     status = 0
     try:
         for account in accounts:
@@ -304,7 +311,7 @@ def _scheduler(args: argparse.Namespace) -> int:
         print(f"jetlake: {exc}", file=sys.stderr)
         return 2
     scheduler = Scheduler(
-        spark=lambda: spark_session(args.master, app_name="jetlake-scheduler"),
+        spark=lambda: spark_session(args.master, app_name="jetlake-scheduler", warehouse=args.warehouse),
         layout=Layout(args.warehouse),
         intervals=intervals,
         all_accounts=True,
@@ -495,7 +502,17 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the HTTP gateway")
     serve.add_argument("--warehouse", default=None,
-                       help="warehouse folder (default: the config's jetstream { store_dir }, then ./warehouse)")
+                       help="warehouse: a folder (default: the config's jetstream { store_dir }, then ./warehouse) "
+                            "or s3://bucket/prefix (endpoint and credentials from AWS_* variables)")
+    serve.add_argument("--wal", choices=("local", "object"), default="local",
+                       help="where the write-ahead log lives: 'local' (--wal-dir) or 'object' (the warehouse's store, "
+                            "one object per group commit; the ack follows the PUT, another gateway can take over)")
+    serve.add_argument("--takeover-wait", type=float, default=0.0, metavar="S",
+                       help="wait up to S seconds for the gateway owning the warehouse to go (its lease to "
+                            "expire) instead of refusing to start: a standby gateway")
+    serve.add_argument("--wal-dir", default=None, metavar="DIR",
+                       help="local folder of the write-ahead logs (default: the warehouse folder; for an s3:// "
+                            "warehouse ./jetlake-state). Its streams wait for this gateway to return if it dies")
     serve.add_argument("--host", default="127.0.0.1",
                        help="address to bind; other than loopback only with authentication configured")
     serve.add_argument("--port", type=int, default=4280)

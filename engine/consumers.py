@@ -13,12 +13,9 @@ Counterpart: server/consumer.go and the retention parts of stream.go.
 from __future__ import annotations
 
 import logging
-import os
 import secrets
-import shutil
 import string
 import uuid
-from pathlib import Path
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -39,8 +36,8 @@ from engine.consumer_config import (
 )
 from engine.store.acks import SNAPSHOT, AckStore, EventBlock, EventRow, LogItem, Ticket
 from engine.store.backlog import Backlog
-from engine.store.files import atomic_write
-from engine.store.layout import Layout, file_name
+from engine.store.layout import Layout
+from engine.store.leases import Lease
 
 if TYPE_CHECKING:
     from engine.stream import Stream
@@ -54,10 +51,11 @@ _NAME_ALPHABET = string.ascii_uppercase + string.digits
 class Consumers:
     """Every consumer of every stream of one account."""
 
-    def __init__(self, layout: Layout, clock: Clock, sync_always: bool, backlog: Backlog | None = None) -> None:
+    def __init__(self, layout: Layout, clock: Clock, sync_always: bool, backlog: Backlog | None = None,
+                 log_lease: Lease | None = None) -> None:
         self.layout = layout
         self.clock = clock
-        self.acks = AckStore(layout, sync_always, backlog)
+        self.acks = AckStore(layout, sync_always, backlog, log_lease)
         self.notify: Callable[[str], None] | None = None
         self.limits = account_limits.UNLIMITED_LIMITS  # the account's JetStream limits, set by the engine
         # Called (stream, consumer, stream seq, deliveries) when a message reaches max_deliver, under the
@@ -69,10 +67,10 @@ class Consumers:
     def open(self, streams: dict[str, Stream]) -> None:
         self.acks.create()
         histories = self.acks.recover()
+        configs = self._config_keys()
         for stream in streams.values():
-            folder = self.layout.consumer_configs / file_name(stream.name, "")
-            for path in _config_files(folder):
-                record = orjson.loads(path.read_bytes())
+            for key in configs.get(self.layout.consumer_configs_key(stream.name), []):
+                record = orjson.loads(self.layout.objects.get(key).data)
                 config = parse_consumer_config(record["config"])
                 consumer = Consumer(stream, config, record["name"], record["consumer_id"], record["created"], record["ephemeral"])
                 history = histories.get(consumer.consumer_id)
@@ -142,7 +140,7 @@ class Consumers:
     def _remove(self, stream: Stream, consumer: Consumer) -> None:
         consumer.deleted = True
         del stream.consumers[consumer.name]
-        self._config_path(stream.name, consumer.name).unlink(missing_ok=True)
+        self.layout.objects.delete(self._config_key(stream.name, consumer.name))
         self.acks.forget(consumer.consumer_id)
         self._sweep(stream)
         self._notify(stream)
@@ -152,7 +150,7 @@ class Consumers:
             consumer.deleted = True
             self.acks.forget(consumer.consumer_id)
         stream.consumers.clear()
-        shutil.rmtree(self.layout.consumer_configs / file_name(stream.name, ""), ignore_errors=True)
+        self.layout.objects.delete_prefix(self.layout.consumer_configs_key(stream.name))
 
     def get(self, stream: Stream, name: str) -> Consumer:
         consumer = stream.consumers.get(name)
@@ -182,10 +180,20 @@ class Consumers:
             "ephemeral": consumer.ephemeral,
             "start": consumer.snapshot(),
         }
-        atomic_write(self._config_path(consumer.stream.name, consumer.name), orjson.dumps(record))
+        self.layout.objects.put(self._config_key(consumer.stream.name, consumer.name), orjson.dumps(record))
 
-    def _config_path(self, stream: str, consumer: str) -> Path:
-        return self.layout.consumer_configs / file_name(stream, "") / file_name(consumer, ".json")
+    def _config_keys(self) -> dict[str, list[str]]:
+        """Every consumer config of the account by its stream's folder key, in name order: one listing
+        of the store for the whole account (a restart of many streams asks once, not once per stream)."""
+        found: dict[str, list[str]] = {}
+        for meta in self.layout.objects.list(self.layout.consumer_configs_root_key):
+            folder, _, name = meta.key.rpartition("/")
+            if name.endswith(".json"):
+                found.setdefault(folder, []).append(meta.key)
+        return found
+
+    def _config_key(self, stream: str, consumer: str) -> str:
+        return self.layout.consumer_config_key(stream, consumer)
 
     # -- pulls and acks -----------------------------------------------------------------------
 
@@ -381,12 +389,3 @@ def _named(config: ConsumerConfig, name: str) -> ConsumerConfig:
     named = config.model_copy()
     named.name = name
     return named
-
-
-def _config_files(folder: Path) -> list[Path]:
-    """The consumer configs of a stream's folder, by name (one listing: a restart does this per stream)."""
-    try:
-        names = os.listdir(folder)
-    except FileNotFoundError:
-        return []
-    return [folder / name for name in sorted(names) if name.endswith(".json")]

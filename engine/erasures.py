@@ -226,7 +226,7 @@ class ErasureRegistry:
 
     @staticmethod
     def _scan(store: DeltaStore, subjects: _Subjects, above: int, with_data: bool) -> stored.StoredRows:
-        return stored.scan(store.table_path, store.stream_id, subjects, subjects.partition, above, with_data)
+        return stored.scan(store.table, store.stream_id, subjects, subjects.partition, above, with_data)
 
     def _queue_and_remove(self, stream: Stream, seqs: np.ndarray, by: str) -> dict[str, Any]:
         """Under the stream's lock: the request first, then the removal from reads and from memory."""
@@ -290,7 +290,7 @@ _registries_lock = threading.Lock()
 
 def registry(layout: Layout) -> ErasureRegistry:
     """The registry of a warehouse account (one per process, made on first use)."""
-    key = str(layout.root)
+    key = str(layout)
     with _registries_lock:
         found = _registries.get(key)
         if found is None:

@@ -42,10 +42,10 @@ from engine.pipeline import GroupCommit
 from engine.store.backlog import DEFAULT_MAX_LOG_BYTES, DEFAULT_MAX_TOTAL_BYTES, Backlog
 from engine.store.base import StoredMessage, StreamStore
 from engine.store.delta import DEFAULT_CACHE_BYTES, DeltaStore
-from engine.store.files import atomic_write
 from engine.store.layout import Layout
 from engine.store.lease import OwnerLock
 from engine.store.memory import MemoryStore
+from engine.store.objectstore import WarehouseLocation
 from engine.store.tombstones import TombstoneView
 from engine.messages import DEFAULT_MAX_PAYLOAD, InboundMessage, PlainBatch, PublishAnswer, PublishResult
 from engine.stream import SUBJECTS_PAGE, Stream
@@ -73,6 +73,9 @@ class EngineOptions:
     limits: AccountLimits = UNLIMITED_LIMITS
     key: MasterKey | None = field(default=None, repr=False)  # encryption at rest (engine/encryption.py)
     prev_key: MasterKey | None = field(default=None, repr=False)  # nats-server's prev_key: re-wraps the keyring
+    wal_dir: str | None = None  # local folder of the logs (default: the warehouse, or ./jetlake-state on S3)
+    wal: str = "local"  # "object": the logs are objects in the warehouse (failover to another machine)
+    takeover_wait: float = 0.0  # seconds to wait for another gateway's owner lease to expire
 
 
 @dataclass
@@ -88,13 +91,15 @@ class JetStream:
     """Every stream of one account in one warehouse."""
 
     def __init__(
-        self, warehouse: str | Path, options: EngineOptions | None = None, clock: Clock | None = None,
+        self, warehouse: str | Path | WarehouseLocation, options: EngineOptions | None = None,
+        clock: Clock | None = None,
         backlog: Backlog | None = None,
     ) -> None:
         self.options = options or EngineOptions()
         self.clock = clock or SystemClock()
-        self.layout = Layout(warehouse, self.options.account)
-        self._owner = OwnerLock(self.layout.owner_lock)
+        self.layout = Layout(warehouse, self.options.account, self.options.wal_dir)
+        self._owner = OwnerLock(self.layout)
+        self._owner.on_lost = self._deposed
         self.keyring: Keyring | None = None
         self._streams: dict[str, _Entry] = {}
         self._by_subject: dict[str, str | None] = {}
@@ -102,10 +107,13 @@ class JetStream:
         self._lock = threading.RLock()
         # The gateway's accounts share one backlog (engine/accounts/registry.py): its bound is the gateway's.
         self.backlog = backlog or Backlog(self.options.max_unflushed_bytes, self.options.max_unflushed_total)
-        self.consumers = Consumers(self.layout, self.clock, self.options.sync_always, self.backlog)
+        # `--wal object`: the logs are objects in the warehouse, fenced by the owner lease's token
+        self._log_lease = self._owner.lease if self.options.wal == "object" else None
+        self.consumers = Consumers(self.layout, self.clock, self.options.sync_always, self.backlog, self._log_lease)
         self.flusher = Flusher(self.streams, self.consumers, self._reload, self.options.flush_interval)
         self.notify: Callable[[str], None] | None = None
         self.opened = False
+        self.deposed: str | None = None
         self.kv = KeyValueStores(self)
         self.objects = ObjectStores(self)
         self._limits = self.options.limits
@@ -136,12 +144,11 @@ class JetStream:
     def open(self, start_flusher: bool = True) -> None:
         # Before the owner lock: a wrong or missing key refuses the start without writing a byte.
         self.keyring = encryption.open_keyring(self.layout, self.options.key, self.options.prev_key, self.clock)
-        self._owner.acquire()
+        self._owner.acquire(self.options.takeover_wait)
         try:
-            self.layout.stream_configs.mkdir(parents=True, exist_ok=True)
-            self._tombstones = TombstoneView(self.layout.tombstones_table)  # read once for every stream
+            self._tombstones = TombstoneView(self.layout.tombstones)  # read once for every stream
             try:
-                self._load_streams(sorted(self.layout.stream_configs.glob("*.json")))
+                self._load_streams(self._stream_config_keys())
             finally:
                 self._tombstones = None
             from engine.erasures import registry  # pending erasures: forgotten again by the rebuilt memory
@@ -159,6 +166,11 @@ class JetStream:
 
     def close(self) -> None:
         self.flusher.stop()
+        if self.opened and self.deposed is not None:
+            log.error("engine closed without flushing (the logs keep what is unflushed): %s", self.deposed)
+            for entry in list(self._streams.values()):
+                entry.stream.store.close()
+            self.opened = False
         if self.opened:
             result = self.flusher.flush()
             for entry in list(self._streams.values()):
@@ -176,21 +188,35 @@ class JetStream:
             else:
                 log.info("engine closed: every stream flushed, warehouse released")
 
-    def _load_streams(self, paths: list[Path]) -> None:
-        """Recovers every stream, a few at a time: a stream's recovery mostly waits on small files (its
-        config, index snapshot, log folder), and each touches only its own state and the shared,
-        read-only tombstone view. They are registered in name order."""
-        if len(paths) < LOAD_PARALLEL_FROM:
-            loaded = [self._load_stream(path) for path in paths]
+    def _deposed(self, reason: str) -> None:
+        """The owner lease was lost (renewals failed past its TTL; another gateway may own the warehouse
+        now): this engine stops committing and refuses every request on its streams."""
+        self.deposed = reason
+        self.flusher.stop()
+        for stream in self.streams():
+            stream.unavailable = stream.failure = f"this gateway no longer owns the warehouse: {reason}"
+
+    def _stream_config_keys(self) -> list[str]:
+        """The keys of the account's stream configs, in name order: one listing of the store."""
+        folder = self.layout.stream_configs_key + "/"
+        return [meta.key for meta in self.layout.objects.list(self.layout.stream_configs_key)
+                if meta.key.endswith(".json") and "/" not in meta.key[len(folder):]]
+
+    def _load_streams(self, keys: list[str]) -> None:
+        """Recovers every stream, a few at a time: a stream's recovery mostly waits on small objects (its
+        config, index snapshot, log folder, the table's latest commit), and each touches only its own
+        state and the shared, read-only tombstone view. They are registered in name order."""
+        if len(keys) < LOAD_PARALLEL_FROM:
+            loaded = [self._load_stream(key) for key in keys]
         else:
             with ThreadPoolExecutor(LOAD_THREADS, thread_name_prefix="jetlake-recover") as pool:
-                loaded = list(pool.map(self._load_stream, paths))
+                loaded = list(pool.map(self._load_stream, keys))
         for stream in loaded:
             self._streams[stream.name] = _Entry(stream)
 
-    def _load_stream(self, path: Path) -> Stream:
+    def _load_stream(self, key: str) -> Stream:
         """Recovers one stream; a stream that cannot be recovered is kept apart, refusing every request."""
-        record = orjson.loads(path.read_bytes())
+        record = orjson.loads(self.layout.objects.get(key).data)
         config, _ = parse_stream_config(record["config"])
         config = check_stream_config(config)
         started = time.monotonic()
@@ -231,7 +257,7 @@ class JetStream:
         return DeltaStore(
             self.layout, config.name, stream_id, partition_tokens,
             self.options.sync_always, self.options.cache_bytes, self.backlog, tombstones=self._tombstones,
-            sealer=encryption.sealer(self.keyring, config.name, stream_id, key_tokens),
+            sealer=encryption.sealer(self.keyring, config.name, stream_id, key_tokens), log_lease=self._log_lease,
         )
 
     def _reload(self, stream: Stream) -> None:
@@ -314,7 +340,7 @@ class JetStream:
                 self.consumers.drop_stream(entry.stream)
                 del self._streams[name]
                 self._by_subject.clear()
-                self.layout.stream_config(name).unlink(missing_ok=True)
+                self.layout.objects.delete(self.layout.stream_config_key(name))
                 entry.stream.store.destroy()
                 if self.keyring is not None and _key_tokens(entry.stream) is not None:
                     self.keyring.destroy_stream(entry.stream.stream_id)
@@ -390,7 +416,7 @@ class JetStream:
             "config": stream.config.to_json(), "created": stream.created_ns, "stream_id": stream.stream_id,
             "partition_tokens": stream.store.partitioner.tokens, **encryption.record_field(_key_tokens(stream)),
         }
-        atomic_write(self.layout.stream_config(stream.name), orjson.dumps(record))
+        self.layout.objects.put(self.layout.stream_config_key(stream.name), orjson.dumps(record))
 
     def _info(self, stream: Stream, subjects_filter: str | None = None, offset: int = 0) -> dict[str, Any]:
         state = stream.state(subjects_filter, offset)

@@ -30,8 +30,8 @@ class Gateway:
     """Starts, kills and restarts one gateway process; stopped by its PID only."""
 
     def __init__(
-        self, warehouse: Path, *args: str, env: dict[str, str] | None = None, ca: Path | None = None,
-        client_cert: tuple[str, str] | None = None,
+        self, warehouse: Path | str, *args: str, env: dict[str, str] | None = None, ca: Path | None = None,
+        client_cert: tuple[str, str] | None = None, log_dir: Path | None = None,
     ) -> None:
         self.warehouse = warehouse
         self.args = list(args)
@@ -44,7 +44,8 @@ class Gateway:
         self.nats_port = 0 if "--nats-port" in self.args else free_port()
         self.nats_url = f"nats://127.0.0.1:{self.nats_port}"
         self.proc: subprocess.Popen[bytes] | None = None
-        self.log = warehouse.parent / f"gateway-{self.port}.log"
+        # the log beside a local warehouse; `log_dir` for one on S3
+        self.log = (log_dir or Path(warehouse).parent) / f"gateway-{self.port}.log"
 
     def start(self, timeout: float = 60.0) -> Gateway:
         cmd = [str(JETLAKE), "serve", "--warehouse", str(self.warehouse), "--port", str(self.port), *self.args]

@@ -24,6 +24,7 @@ from engine.clock import Clock
 from engine.encryption import master_keys
 from engine.jetstream import EngineOptions, JetStream
 from engine.store.backlog import Backlog
+from engine.store.objectstore import WarehouseLocation
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +55,9 @@ class Account:
 class Accounts:
     """Every account of the current config, by name."""
 
-    def __init__(self, warehouse: str | Path, options: EngineOptions, config: ServerConfig, clock: Clock | None = None) -> None:
-        self.warehouse = Path(warehouse)
+    def __init__(self, warehouse: str | Path | WarehouseLocation, options: EngineOptions, config: ServerConfig,
+                 clock: Clock | None = None) -> None:
+        self.warehouse = warehouse if isinstance(warehouse, WarehouseLocation) else WarehouseLocation.parse(warehouse)
         self.options = options
         self.clock = clock
         self.config = config
@@ -82,7 +84,7 @@ class Accounts:
                                       prev_key=prev_key)
         engine = JetStream(self.warehouse, options, clock=self.clock, backlog=self.backlog)
         engine.open(start_flusher=self._start_flusher)
-        log.info("account %s: JetStream open on %s", account.name, engine.layout.root)
+        log.info("account %s: JetStream open on %s", account.name, engine.layout)
         return engine
 
     def get(self, name: str) -> Account | None:

@@ -19,7 +19,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable, Transaction
+from deltalake import Transaction
 from deltalake.exceptions import TableNotFoundError
 
 from engine import errors
@@ -27,10 +27,11 @@ from engine.ack_events import AckEvent, AckEvents
 from engine.pipeline import GroupCommit, Request
 from engine.store import ack_log
 from engine.store.backlog import Backlog
-from engine.store.commits import TableCommitter, ensure_table
+from engine.store.commits import TableCommitter, ensure_table, open_table
 from engine.store.layout import ACK_SCHEMA, ACK_TABLE_PROPERTIES, Layout
 from engine.store.lease import commit_lease
-from engine.store.wal import WriteAheadLog
+from engine.store.leases import Lease
+from engine.store.object_log import open_log
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ APP_ID = "acks"
 FLUSH_APP_ID = "acks/flush"  # version: the number of the flush that committed a unit of logged events
 FOLD_INTERVAL = 30.0  # seconds: the background flusher deletes folded rows at most this often
 SNAPSHOT = "snapshot"
+ACK_LOG = ".acks"  # the ack log's name beside the streams' (no stream name has a `.`)
 
 
 @dataclass(slots=True)
@@ -134,11 +136,12 @@ def _nullable(values: list[object], type_: pa.DataType) -> pa.Array:
 class AckStore:
     """The account's consumer events: log first, then the `_system/acks` table."""
 
-    def __init__(self, layout: Layout, sync_always: bool = False, backlog: Backlog | None = None) -> None:
+    def __init__(self, layout: Layout, sync_always: bool = False, backlog: Backlog | None = None,
+                 log_lease: Lease | None = None) -> None:
         self.layout = layout
-        self.path = layout.acks_table
+        self.path = layout.acks
         self.backlog = backlog or Backlog()
-        self.wal = WriteAheadLog(layout.acks_wal, sync_always=sync_always, name="acklog", backlog=self.backlog)
+        self.wal = open_log(layout, ACK_LOG, log_lease, sync_always, "acklog", self.backlog)
         self._table = TableCommitter(self.path, "acks", sync_always)
         self.sync_always = sync_always
         self._lock = threading.Lock()
@@ -153,7 +156,7 @@ class AckStore:
 
     def create(self) -> None:
         ensure_table(self.path, ACK_SCHEMA, None, ACK_TABLE_PROPERTIES, self.sync_always)
-        self._flush_no = DeltaTable(str(self.path)).transaction_version(FLUSH_APP_ID) or 0
+        self._flush_no = open_table(self.path).transaction_version(FLUSH_APP_ID) or 0
 
     def append(self, items: list[LogItem]) -> None:
         """Makes the events durable (per the sync policy); concurrent callers share one log write."""
@@ -284,7 +287,7 @@ class AckStore:
         flushed = 0
         tables: list[pa.Table] = []
         try:
-            dt = DeltaTable(str(self.path))
+            dt = open_table(self.path)
             flushed = dt.transaction_version(APP_ID) or 0
             tables.append(dt.to_pyarrow_table())
         except TableNotFoundError:

@@ -8,7 +8,8 @@ said. delta-rs raises after the commit when its post-commit checkpoint fails (a 
 every `delta.checkpointInterval`-th version), so the checkpoint is taken here as a step of its own,
 whose failure is logged and leaves the commit standing. Under `--sync always` a commit is made
 durable (its Parquet files, their folders, the commit JSON, `_delta_log/` and the table folder are
-fsynced) before it counts, so the log segments it replaces can be deleted. Counterpart: the
+fsynced) before it counts, so the log segments it replaces can be deleted; on S3 a commit is durable
+when its conditional PUT returns (delta-rs's `aws_conditional_put=etag`). Counterpart: the
 exactly-once `txn` protocol of Delta Lake (delta.md); nats-server has none (it owns its files).
 """
 
@@ -34,6 +35,8 @@ from deltalake import (
 from deltalake.exceptions import TableNotFoundError
 
 from engine.store import failpoints
+from engine.store.layout import TableLocation
+from engine.store.objectstore import ObjectNotFoundError, ObjectStoreError
 
 log = logging.getLogger(__name__)
 
@@ -41,14 +44,24 @@ NO_HOOKS = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_log
 _FIND_BACK = 200  # commits searched backwards for the one holding a transaction version
 
 
+def open_table(table: TableLocation) -> DeltaTable:
+    """The table's latest version through delta-rs. Raises TableNotFoundError."""
+    return DeltaTable(table.uri, storage_options=table.storage_options)
+
+
 def ensure_table(
-    path: Path, schema: pa.Schema, partition_by: list[str] | None, properties: dict[str, str], sync: bool = False
+    table: TableLocation, schema: pa.Schema, partition_by: list[str] | None, properties: dict[str, str],
+    sync: bool = False,
 ) -> None:
-    """Creates the table if it is missing (its first commit fsynced under `sync`)."""
-    if (path / "_delta_log").exists():
+    """Creates the table if it is missing (its first commit fsynced under `sync` on local disk)."""
+    path = table.local_path
+    if path is not None and (path / "_delta_log").exists():
         return
-    DeltaTable.create(str(path), schema=schema, partition_by=partition_by, configuration=properties, mode="ignore")
-    if sync:
+    if path is None and DeltaTable.is_deltatable(table.uri, table.storage_options):
+        return
+    DeltaTable.create(table.uri, schema=schema, partition_by=partition_by, configuration=properties, mode="ignore",
+                      storage_options=table.storage_options)
+    if sync and path is not None:
         _fsync(path / "_delta_log" / _commit_name(0))
         for folder in (path / "_delta_log", path, path.parent):
             _fsync(folder)
@@ -57,10 +70,11 @@ def ensure_table(
 class TableCommitter:
     """Appends to one table; `step` names its failpoints (`<step>.commit`, `.checkpoint`, `.sync`)."""
 
-    def __init__(self, path: Path, step: str, sync: bool = False) -> None:
-        self.path = path
+    def __init__(self, table: TableLocation, step: str, sync: bool = False) -> None:
+        self.table = table
+        self.path = table.uri
         self.step = step
-        self.sync = sync
+        self.sync = sync and table.local_path is not None  # a PUT that returned is durable
         self._durable: dict[str, int] = {}  # app id -> transaction version known to be on disk
 
     def append(
@@ -75,7 +89,7 @@ class TableCommitter:
         """Commits `rows_after(v)` (the rows above transaction version v, the table's now) with the
         transaction (`app_id`, `version`) unless the table holds it already; returns the table version
         holding it. Raises when it is not committed (or, under sync, not durable)."""
-        dt = DeltaTable(str(self.path))
+        dt = open_table(self.table)
         done = dt.transaction_version(app_id) or 0
         if done >= version:
             log.info("%s: transaction %s/%d is already in %s; not written again", self.step, app_id, version, self.path)
@@ -105,7 +119,7 @@ class TableCommitter:
     def _landed(self, app_id: str, version: int, exc: Exception) -> DeltaTable:
         """After a write raised: the table if the commit landed anyway; else the error goes on."""
         try:
-            dt = DeltaTable(str(self.path))
+            dt = open_table(self.table)
             landed = (dt.transaction_version(app_id) or 0) >= version
         except Exception:  # noqa: BLE001 - the table cannot even be read: the write's own error says more
             landed = False
@@ -129,9 +143,14 @@ class TableCommitter:
             log.warning("%s: checkpoint of %s at version %d failed (the commit stands): %s",
                         self.step, self.path, version, exc)
 
+    @property
+    def _local(self) -> Path:
+        assert self.table.local_path is not None, "only local tables are fsynced"
+        return self.table.local_path
+
     def _sync(self, app_id: str, txn: int, version: int) -> None:
         action = failpoints.hit(f"{self.step}.sync") if failpoints.ARMED else None
-        sync_commit(self.path, version)
+        sync_commit(self._local, version)
         failpoints.after(f"{self.step}.sync", action)
         self._durable[app_id] = txn
 
@@ -139,7 +158,7 @@ class TableCommitter:
         """The version holding transaction `txn`, fsynced under sync unless this process did already."""
         if not self.sync or self._durable.get(app_id, -1) >= txn:
             return latest
-        holding = find_transaction(self.path, app_id, txn, latest)
+        holding = find_transaction(self._local, app_id, txn, latest)
         self._sync(app_id, txn, latest if holding is None else holding)
         return latest if holding is None else holding
 
@@ -149,7 +168,7 @@ class TableCommitter:
         if not self.sync:
             return
         try:
-            dt = DeltaTable(str(self.path))
+            dt = open_table(self.table)
         except TableNotFoundError:
             return
         txn = dt.transaction_version(app_id)
@@ -159,7 +178,7 @@ class TableCommitter:
     def delete(self, predicate: str) -> None:
         """Deletes rows (the ack table's folded events); the `<step>.fold` failpoint."""
         action = failpoints.hit(f"{self.step}.fold") if failpoints.ARMED else None
-        dt = DeltaTable(str(self.path))
+        dt = open_table(self.table)
         dt.delete(predicate, post_commithook_properties=NO_HOOKS)
         failpoints.after(f"{self.step}.fold", action)
         self._checkpoint(dt, dt.version())
@@ -202,37 +221,38 @@ def sync_commit(path: Path, version: int) -> None:
         _fsync(folder)
 
 
-def transactions(path: Path) -> dict[str, int] | None:
-    """Every app transaction's version in the table at `path` (app id -> version), read from its last
-    checkpoint and the commits after it in one pass: one answer for thousands of app ids, where
-    `DeltaTable.transaction_version` costs a call each. None when the log is not in a shape read here
-    (a multi-part checkpoint, a commit missing): the caller then asks delta-rs per app id."""
-    log_dir = path / "_delta_log"
+def transactions(table: TableLocation) -> dict[str, int] | None:
+    """Every app transaction's version in `table` (app id -> version), read through the warehouse's
+    object store from its last checkpoint and the commits after it in one pass: one answer for
+    thousands of app ids, where `DeltaTable.transaction_version` costs a call each. None when the log
+    is not in a shape read here (a multi-part checkpoint, a commit missing): the caller then asks
+    delta-rs per app id."""
+    store, log_key = table.objects, _log_key(table)
     found: dict[str, int] = {}
     start = 0
     try:
-        pointer = orjson.loads((log_dir / "_last_checkpoint").read_bytes())
-    except FileNotFoundError:
+        pointer = orjson.loads(store.get(f"{log_key}/_last_checkpoint").data)
+    except ObjectNotFoundError:
         pointer = None
-    except (OSError, orjson.JSONDecodeError):
+    except (ObjectStoreError, orjson.JSONDecodeError):
         return None
     if pointer is not None:
         if pointer.get("parts"):
             return None
         start = int(pointer["version"])
-        checkpoint = log_dir / f"{start:020d}.checkpoint.parquet"
         try:
-            txn = pq.read_table(checkpoint, columns=["txn"]).column("txn").drop_null().to_pylist()
-        except (OSError, KeyError, pa.ArrowInvalid):
+            checkpoint = store.get(f"{log_key}/{start:020d}.checkpoint.parquet").data
+            txn = pq.read_table(pa.BufferReader(checkpoint), columns=["txn"]).column("txn").drop_null().to_pylist()
+        except (ObjectStoreError, KeyError, pa.ArrowInvalid):
             return None
         for action in txn:
             found[action["appId"]] = action["version"]
         start += 1
-    latest = latest_version(path)
+    latest = latest_version(table)
     for version in range(start, (latest if latest is not None else -1) + 1):
         try:
-            lines = (log_dir / _commit_name(version)).read_bytes().splitlines()
-        except FileNotFoundError:
+            lines = store.get(f"{log_key}/{_commit_name(version)}").data.splitlines()
+        except ObjectNotFoundError:
             return None
         for line in lines:
             if b'"txn"' in line:
@@ -242,22 +262,33 @@ def transactions(path: Path) -> dict[str, int] | None:
     return found
 
 
-def is_latest_version(path: Path, version: int) -> bool:
-    """Whether `version` is the table's latest: its commit file is there and the next one is not (commits
-    are numbered without gaps). Two stats, where `latest_version` lists the whole log folder."""
-    log_dir = path / "_delta_log"
-    return (log_dir / _commit_name(version)).exists() and not (log_dir / _commit_name(version + 1)).exists()
-
-
-def latest_version(path: Path) -> int | None:
-    """The table's latest version from the names of its commit files (no log replay), None without
-    any: what tells a restart whether anything committed since an index snapshot was written."""
+def is_latest_version(table: TableLocation, version: int) -> bool:
+    """Whether `version` is the table's latest: its commit object is there and the next one is not
+    (commits are numbered without gaps). Two HEADs (two stats on a local warehouse), where
+    `latest_version` lists the whole log folder."""
+    store, log_key = table.objects, _log_key(table)
     try:
-        names = [e.name for e in os.scandir(path / "_delta_log")]
-    except FileNotFoundError:
-        return None
+        store.head(f"{log_key}/{_commit_name(version)}")
+    except ObjectNotFoundError:
+        return False
+    try:
+        store.head(f"{log_key}/{_commit_name(version + 1)}")
+    except ObjectNotFoundError:
+        return True
+    return False
+
+
+def latest_version(table: TableLocation) -> int | None:
+    """The table's latest version from the names of its commit objects (one listing, no log replay),
+    None without any: what tells a restart whether anything committed since an index snapshot was
+    written."""
+    names = [meta.key.rpartition("/")[2] for meta in table.objects.list(_log_key(table))]
     versions = [int(n[:20]) for n in names if len(n) == 25 and n.endswith(".json") and n[:20].isdigit()]
     return max(versions) if versions else None
+
+
+def _log_key(table: TableLocation) -> str:
+    return f"{table.key}/_delta_log"
 
 
 def _commit_name(version: int) -> str:

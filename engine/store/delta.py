@@ -12,7 +12,6 @@ by the `seq` statistics of the Delta log, then read one row group. The only modu
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable, Transaction, WriterProperties
+from deltalake import Transaction, WriterProperties
 from deltalake.exceptions import TableNotFoundError
 
 from engine.errors import JetStreamError
@@ -33,7 +32,7 @@ from engine.store import index_file
 from engine.store.rows import KIND_ARROW, KIND_PACKED, RowGroup, Rows, decode
 from engine.store.backlog import Backlog
 from engine.store.base import Recovered, Removal, StoredMessage
-from engine.store.commits import TableCommitter, ensure_table, is_latest_version, latest_version
+from engine.store.commits import TableCommitter, ensure_table, is_latest_version, latest_version, open_table
 from engine.store.layout import (
     PARTITION_COLUMN,
     SEALED_STREAM_SCHEMA,
@@ -46,10 +45,13 @@ from engine.store.layout import (
 )
 from engine.store.lease import commit_lease
 from engine.store.memory import MessageBuffer
+from engine.store.objectstore import ObjectStoreError
 from engine.store.sealed import SEALED_KINDS, Sealer
 from engine.store.table_reads import READ_AHEAD, READ_WINDOW_BYTES, TableReads
 from engine.store.tombstones import TombstoneView
-from engine.store.wal import Record, WriteAheadLog
+from engine.store.leases import Lease
+from engine.store.object_log import open_log
+from engine.store.wal import Record
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +122,7 @@ class FlushJob:
     last_msg_seq: int
     removals: list[tuple[int, Removal]]
     last_seq: int
-    segments: list[Path]
+    segments: list[Path] | list[str]  # sealed local segments, or log objects
     buffered_upto: int
     since: float | None = None  # monotonic time of its oldest append
     messages_committed: bool = False
@@ -142,23 +144,24 @@ class DeltaStore:
         index_cache_bytes: int | None = None,
         sealer: Sealer | None = None,
         tombstones: TombstoneView | None = None,
+        log_lease: Lease | None = None,
     ) -> None:
         self.layout = layout
         self.stream = stream
         self.stream_id = stream_id
         self.partitioner = Partitioner(partition_tokens)
         self.sync_always = sync_always
-        self.table_path = layout.stream_table(stream)
+        self.table = layout.stream_table_location(stream)
         self.backlog = backlog or Backlog()
-        self.wal = WriteAheadLog(layout.wal_dir(stream), sync_always=sync_always, backlog=self.backlog)
-        self._table = TableCommitter(self.table_path, "stream", sync_always)
-        self._tombstones = TableCommitter(layout.tombstones_table, "tombstones", sync_always)
+        self.wal = open_log(layout, stream, log_lease, sync_always, backlog=self.backlog)
+        self._table = TableCommitter(self.table, "stream", sync_always)
+        self._tombstones = TableCommitter(layout.tombstones, "tombstones", sync_always)
         self.buffer = MessageBuffer(cache_bytes)
         self.sealer = sealer  # an encrypted stream (sealed.py): the log and the table hold sealed values
         self._unopened: dict[int, JetStreamError] = {}  # replayed messages whose values would not open
-        self.reads = TableReads(self.table_path, self.partitioner, cache_bytes, sealer.open if sealer else None)
+        self.reads = TableReads(self.table, self.partitioner, cache_bytes, sealer.open if sealer else None)
         self.index_cache_bytes = index_cache_bytes or cache_bytes // 2
-        self._snapshot_path = layout.index_snapshot(stream)
+        self._snapshot_key = layout.index_snapshot_key(stream)
         self._snapshot_at = time.monotonic()
         self._snapshot_rows = 0
         self._snapshot_now = False
@@ -190,13 +193,13 @@ class DeltaStore:
 
         Raises TimeoutError when a job holds the lease past LIFECYCLE_LEASE_TIMEOUT; nothing changed then.
         """
-        with commit_lease(self.layout.lease_file(self.table_path), timeout=LIFECYCLE_LEASE_TIMEOUT):
-            shutil.rmtree(self.wal.directory, ignore_errors=True)
-            shutil.rmtree(self.table_path, ignore_errors=True)
+        with commit_lease(self.layout.lease_file(self.table), timeout=LIFECYCLE_LEASE_TIMEOUT):
+            self.wal.destroy()
+            self.layout.objects.delete_prefix(self.table.key)
             schema = SEALED_STREAM_SCHEMA if self.sealer is not None else STREAM_SCHEMA
-            ensure_table(self.table_path, schema, [PARTITION_COLUMN], STREAM_TABLE_PROPERTIES, self.sync_always)
-        self._table_version = latest_version(self.table_path)
-        ensure_table(self.layout.tombstones_table, TOMBSTONE_SCHEMA, None, TOMBSTONE_TABLE_PROPERTIES, self.sync_always)
+            ensure_table(self.table, schema, [PARTITION_COLUMN], STREAM_TABLE_PROPERTIES, self.sync_always)
+        self._table_version = latest_version(self.table)
+        ensure_table(self.layout.tombstones, TOMBSTONE_SCHEMA, None, TOMBSTONE_TABLE_PROPERTIES, self.sync_always)
 
     # -- the write path -----------------------------------------------------------------------
 
@@ -303,9 +306,9 @@ class DeltaStore:
         meta, arrays = job.snapshot
         meta["table_version"] = self._table_version
         try:
-            size = index_file.write(self._snapshot_path, meta, arrays)
+            size = index_file.write(self.layout.objects, self._snapshot_key, meta, arrays)
             log.debug("stream %s: index snapshot at seq %d (%d bytes)", self.stream, meta["flushed_seq"], size)
-        except OSError as exc:  # a snapshot only saves work at the next start
+        except (OSError, ObjectStoreError) as exc:  # a snapshot only saves work at the next start
             log.warning("stream %s: index snapshot not written: %s", self.stream, exc)
         self._snapshot_at = time.monotonic()
         self._snapshot_rows = 0
@@ -322,7 +325,7 @@ class DeltaStore:
 
     def drop_snapshot(self) -> None:
         """Removes the index snapshot (an erasure: the next one is written without the erased subjects)."""
-        self._snapshot_path.unlink(missing_ok=True)
+        self.layout.objects.delete(self._snapshot_key)
         self._snapshot_now = True
 
     def commit(self, job: FlushJob, lease_timeout: float | None = None) -> None:
@@ -333,7 +336,7 @@ class DeltaStore:
         """
         if job.messages is not None and not job.messages_committed:
             messages = job.messages
-            with commit_lease(self.layout.lease_file(self.table_path), timeout=lease_timeout):
+            with commit_lease(self.layout.lease_file(self.table), timeout=lease_timeout):
                 version = self._table.append(
                     lambda done: messages.filter(pc.greater(messages.column("seq"), done)) if done else messages,
                     self.stream_id, job.last_msg_seq, partition_by=[PARTITION_COLUMN],
@@ -350,7 +353,7 @@ class DeltaStore:
 
     def _commit_removals(self, job: FlushJob, lease_timeout: float | None) -> None:
         extra = [Transaction(app_id=self._seq_app, version=max(job.last_seq, 0))]
-        with commit_lease(self.layout.lease_file(self.layout.tombstones_table), timeout=lease_timeout):
+        with commit_lease(self.layout.lease_file(self.layout.tombstones), timeout=lease_timeout):
             self._tombstones.append(
                 lambda done: self._tombstone_rows([r for lsn, r in job.removals if lsn > done]),
                 self._lsn_app, job.removals[-1][0], extra=extra,
@@ -487,10 +490,10 @@ class DeltaStore:
         """
         recovered = Recovered()
         flushed_seq = 0
-        snapshot = index_file.read(self._snapshot_path)
+        snapshot = index_file.read(self.layout.objects, self._snapshot_key)
         current = snapshot is not None and self._snapshot_is_current(snapshot[0])
         if not current:
-            self._table_version = latest_version(self.table_path)
+            self._table_version = latest_version(self.table)
         has_table = self._table_version is not None
         snapshot = snapshot if has_table else None
         if current:
@@ -498,7 +501,7 @@ class DeltaStore:
             flushed_seq = snapshot[0]["flushed_seq"]
         elif has_table:
             try:
-                flushed_seq = DeltaTable(str(self.table_path)).transaction_version(self.stream_id) or 0
+                flushed_seq = open_table(self.table).transaction_version(self.stream_id) or 0
             except TableNotFoundError:
                 has_table = False
         index, covered = self._index_from_snapshot(snapshot, flushed_seq) if has_table else (None, None)
@@ -518,7 +521,7 @@ class DeltaStore:
         tomb_lsn, last_seq = self._apply_tombstones(index, covered, applied_lsn)
         grouped, segments = self.wal.recover_segments()
         self.wal.next_lsn = max(self.wal.next_lsn, tomb_lsn + 1)
-        in_tables: list[Path] = []
+        in_tables: list[Path | str] = []
         for path, records in zip(segments, grouped, strict=True):
             flushed = True
             for record in records:
@@ -555,7 +558,7 @@ class DeltaStore:
         version = meta.get("table_version")
         if meta.get("stream_id") != self.stream_id or not isinstance(version, int):
             return False
-        if not is_latest_version(self.table_path, version):
+        if not is_latest_version(self.table, version):
             return False
         self._table_version = version
         return True
@@ -598,7 +601,7 @@ class DeltaStore:
             log.info("stream %s: %d messages read from the table into the index in %.2fs", self.stream, rows,
                      time.monotonic() - started)
 
-    def _remove_flushed(self, segments: list[Path]) -> None:
+    def _remove_flushed(self, segments: list[Path | str]) -> None:
         """Removes log segments a commit of an earlier run replaced (made durable first under sync)."""
         self._table.ensure_durable(self.stream_id)
         self._tombstones.ensure_durable(self._lsn_app)
@@ -611,7 +614,7 @@ class DeltaStore:
         its index had applied them all in memory) there is nothing to remove; the removed set alone
         cannot say so, since rows removed before their flush never reached the table nor that set."""
         view, self._tombstone_view = self._tombstone_view, None  # the account's view serves one recovery
-        mine = (view or TombstoneView(self.layout.tombstones_table)).for_stream(self.stream_id)
+        mine = (view or TombstoneView(self.layout.tombstones)).for_stream(self.stream_id)
         if covered is not None and mine.lsn <= applied_lsn:
             return mine.lsn, mine.last_seq
         for first, last in mine.ranges():
@@ -677,9 +680,9 @@ class DeltaStore:
         self.buffer.clear()
         self.mark_table_changed()
         try:
-            with commit_lease(self.layout.lease_file(self.table_path), timeout=LIFECYCLE_LEASE_TIMEOUT):
-                shutil.rmtree(self.table_path, ignore_errors=True)
-                shutil.rmtree(self.wal.directory, ignore_errors=True)
+            with commit_lease(self.layout.lease_file(self.table), timeout=LIFECYCLE_LEASE_TIMEOUT):
+                self.layout.objects.delete_prefix(self.table.key)
+                self.wal.destroy()
         except TimeoutError:
             log.error("stream %s deleted, but a job holds its table's lease: its table and log stay until a "
                       "namesake is created", self.stream)

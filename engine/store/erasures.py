@@ -25,8 +25,8 @@ from typing import Any
 
 import orjson
 
-from engine.store.files import atomic_write
 from engine.store.layout import Layout
+from engine.store.objectstore import ObjectNotFoundError, ObjectStoreError
 
 log = logging.getLogger(__name__)
 
@@ -43,39 +43,38 @@ def valid_id(erasure_id: str) -> bool:
     return bool(_ID.match(erasure_id))
 
 
-def request_path(layout: Layout, erasure_id: str) -> Path:
+def request_key(layout: Layout, erasure_id: str) -> str:
     if not valid_id(erasure_id):
         raise ValueError(f"invalid erasure id {erasure_id!r}")
-    return erasures_dir(layout) / f"{erasure_id}.json"
+    return f"{layout.erasures_key}/{erasure_id}.json"
 
 
 def write_request(layout: Layout, record: dict[str, Any]) -> None:
-    atomic_write(request_path(layout, record["id"]), orjson.dumps(record))
+    layout.objects.put(request_key(layout, record["id"]), orjson.dumps(record))
 
 
 def read_request(layout: Layout, erasure_id: str) -> dict[str, Any] | None:
     try:
-        path = request_path(layout, erasure_id)
-        return orjson.loads(path.read_bytes())  # type: ignore[no-any-return]
-    except (ValueError, FileNotFoundError):
+        return orjson.loads(layout.objects.get(request_key(layout, erasure_id)).data)  # type: ignore[no-any-return]
+    except (ValueError, ObjectNotFoundError):
         return None
 
 
 def remove_request(layout: Layout, erasure_id: str) -> None:
-    request_path(layout, erasure_id).unlink(missing_ok=True)
+    layout.objects.delete(request_key(layout, erasure_id))
 
 
 def pending_requests(layout: Layout) -> list[dict[str, Any]]:
-    """Every pending request, oldest first; an unreadable file (being replaced, damaged) is skipped."""
-    folder = erasures_dir(layout)
+    """Every pending request, oldest first; an unreadable object (damaged) is skipped."""
     records = []
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        if not valid_id(path.stem):
+    for meta in list(layout.objects.list(layout.erasures_key)):
+        name = meta.key.rsplit("/", 1)[-1]
+        if not name.endswith(".json") or not valid_id(name.removesuffix(".json")):
             continue
         try:
-            record = orjson.loads(path.read_bytes())
-        except (OSError, orjson.JSONDecodeError):
-            log.warning("erasure request %s unreadable; skipped", path.name)
+            record = orjson.loads(layout.objects.get(meta.key).data)
+        except (ObjectStoreError, orjson.JSONDecodeError):
+            log.warning("erasure request %s unreadable; skipped", name)
             continue
         if record.get("status") == PENDING:
             records.append(record)
@@ -83,7 +82,7 @@ def pending_requests(layout: Layout) -> list[dict[str, Any]]:
 
 
 def mark_done(layout: Layout, record: dict[str, Any], receipt: dict[str, Any]) -> dict[str, Any]:
-    """Replaces a request by its done form with the receipt (durably, at once)."""
+    """Replaces a request by its done form with the receipt (a whole-object put, durable at once)."""
     done = {**record, "status": DONE, "completed": time.time_ns(), "receipt": receipt}
     write_request(layout, done)
     return done

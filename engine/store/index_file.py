@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import logging
 import struct
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import orjson
 import pyarrow as pa
 import xxhash
+
+from engine.store.objectstore import ObjectNotFoundError, ObjectStore, ObjectStoreError
 
 
 log = logging.getLogger(__name__)
@@ -84,23 +85,20 @@ def unpack_msg_ids(arrays: dict[str, np.ndarray], since_ns: int) -> MsgIds | Non
     return [(raw[bounds[i] : bounds[i + 1]].decode(), seq_list[i], ts_list[i]) for i in keep]
 
 
-def write(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> int:
-    """Replaces the snapshot at `path` whole (a rename; not fsynced: a snapshot lost or torn by a power
-    failure fails its checksum and the index is rebuilt); returns its size."""
+def write(store: ObjectStore, key: str, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> int:
+    """Replaces the snapshot object whole (a whole-object put: readers see the old or the new one);
+    returns its size."""
     data = encode(meta, arrays)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    store.put(key, data)
     return len(data)
 
 
-def read(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
-    """The snapshot at `path`, or None (missing or damaged: the caller rebuilds, and says so)."""
+def read(store: ObjectStore, key: str) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
+    """The snapshot under `key`, or None (missing or damaged: the caller rebuilds, and says so)."""
     try:
-        return decode(path.read_bytes())
-    except FileNotFoundError:
+        return decode(store.get(key).data)
+    except ObjectNotFoundError:
         return None
-    except (OSError, ValueError, KeyError, orjson.JSONDecodeError) as exc:
-        log.warning("index snapshot %s unusable (%s): rebuilding the index from the table", path, exc)
+    except (OSError, ObjectStoreError, ValueError, KeyError, orjson.JSONDecodeError) as exc:
+        log.warning("index snapshot %s unusable (%s): rebuilding the index from the table", key, exc)
         return None

@@ -4,9 +4,24 @@
 <warehouse>/<account>/streams/<STREAM>/     a Delta table per stream, partitioned by subject
 <warehouse>/<account>/_system/streams/      stream configs (JSON, one file per stream)
 <warehouse>/<account>/_system/tombstones/   logical deletions awaiting physical removal (Delta)
-<warehouse>/<account>/_system/leases/       per-table commit leases
-<warehouse>/<account>/_wal/<STREAM>/        write-ahead log segments not yet flushed
+<warehouse>/<account>/_system/consumers/    consumer configs (JSON, a folder per stream)
+<warehouse>/<account>/_system/erasures/     erasure requests and receipts (JSON)
+<warehouse>/<account>/_system/index/        index snapshots (one file per stream)
+<warehouse>/<account>/_system/leases/       the owner lease and per-table commit leases (JSON)
+<wal-dir>/<account>/_wal/<STREAM>/          write-ahead log segments not yet flushed (local disk)
+<warehouse>/<account>/_log/<STREAM>/        the same, one object per group commit (`--wal object`)
+<account-root>/_system/keys/                the keyring of an encrypted account (engine/keys/; local files)
 ```
+The warehouse is a local folder or `s3://bucket/prefix` (objectstore/location.py). Shared state is
+addressed by object keys (`*_key`) and reached through the warehouse's `ObjectStore`; Delta tables by
+`TableLocation` (delta-rs URI, storage options, pyarrow file system). The write-ahead log stays on
+local disk: under the warehouse for a local one, under `--wal-dir` for one on S3. The `Path`
+accessors (`stream_table`, `stream_configs`, ...) exist for local warehouses only (the Spark jobs).
+The keyring of an encrypted account (`keyring_folder(layout.root)`, engine/keys/) is a folder of
+local files with its own fsync discipline: on a local warehouse it sits in the warehouse tree, beside
+the shared state the local object store keeps there; on S3 it stays on the gateway's disk under
+`--wal-dir`, like the local log (an encrypted account on S3 fails over only to a gateway that has
+that folder).
 Column statistics are kept for `seq` and `ts` only, so no payload or subject value leaks into the
 Delta log; deletions are keyed by sequence, never by subject.
 """
@@ -15,14 +30,19 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
+
+from engine.store.objectstore import ObjectStore, WarehouseLocation, to_spark_uri
 
 DEFAULT_ACCOUNT = "default"
 PARTITION_COLUMN = "subject_partition"
 CHECKPOINT_INTERVAL = 100
+DEFAULT_STATE_DIR = "./jetlake-state"  # local folder of the logs of a warehouse on S3
 
 STREAM_SCHEMA = pa.schema(
     [
@@ -161,67 +181,222 @@ def file_name(name: str, suffix: str) -> str:
     return name.encode()[:120].decode(errors="ignore") + "~" + digest + suffix
 
 
-class Layout:
-    """Paths of one account's tables and files in a warehouse."""
+@dataclass(frozen=True)
+class TableLocation:
+    """A Delta table of the warehouse as each client reaches it: delta-rs by `uri` and
+    `storage_options`, pyarrow by `file(relative)` on `filesystem`, the object store by `key`."""
 
-    def __init__(self, warehouse: str | Path, account: str = DEFAULT_ACCOUNT) -> None:
-        self.warehouse = Path(warehouse).resolve()
+    uri: str
+    key: str
+    storage_options: dict[str, str] | None = field(default=None, hash=False, compare=False)
+    location: WarehouseLocation = field(default_factory=WarehouseLocation, hash=False, compare=False)
+
+    @property
+    def local_path(self) -> Path | None:
+        """The table's folder on a local warehouse (None on S3)."""
+        return Path(self.uri) if self.location.root is not None else None
+
+    @property
+    def objects(self) -> ObjectStore:
+        """The warehouse's object store, where the table's files are objects under `key`."""
+        return _open_store(self.location)
+
+    @property
+    def filesystem(self) -> Any:
+        """pyarrow's file system for the table's data files (None: local paths)."""
+        return _arrow_filesystem(self.location)
+
+    @property
+    def name(self) -> str:
+        return self.key.rsplit("/", 1)[-1]
+
+    @property
+    def spark_uri(self) -> str:
+        """Spark's path of the table (`s3a://…` on S3)."""
+        return to_spark_uri(self.uri)
+
+    def file(self, relative: str) -> str:
+        """A data file's path (relative as in the Delta log, unquoted) for `filesystem`."""
+        if self.location.root is not None:
+            return f"{self.uri}/{relative}"
+        return self.uri.removeprefix("s3://") + "/" + relative
+
+    def __str__(self) -> str:
+        return self.uri
+
+
+@lru_cache(maxsize=16)
+def _arrow_filesystem(location: WarehouseLocation) -> Any:
+    return None if location.s3 is None else location.s3.arrow_filesystem()
+
+
+@lru_cache(maxsize=16)
+def _open_store(location: WarehouseLocation) -> ObjectStore:
+    """One store per warehouse and process (a client and its connection pool, shared by the accounts)."""
+    return location.open()
+
+
+class Layout:
+    """Keys, tables and log folders of one account in a warehouse.
+
+    Args:
+        warehouse: a local folder or `s3://bucket/prefix` (or its parsed location).
+        account: the account whose tree this is.
+        wal_dir: the local folder under which the write-ahead logs live (`<wal_dir>/<account>/_wal`);
+            default: the warehouse itself when local, `./jetlake-state` when on S3.
+    """
+
+    def __init__(self, warehouse: str | Path | WarehouseLocation, account: str = DEFAULT_ACCOUNT,
+                 wal_dir: str | Path | None = None) -> None:
+        self.location = warehouse if isinstance(warehouse, WarehouseLocation) else WarehouseLocation.parse(warehouse)
         self.account = account
-        self.root = self.warehouse / account
+        self.warehouse: Path | str = self.location.root if self.location.root is not None else self.location.uri()
+        local = Path(wal_dir) if wal_dir else self.location.root or Path(DEFAULT_STATE_DIR)
+        self.wal_dir_root = local.resolve() / account
+        self.root = self.location.root / account if self.location.root is not None else self.wal_dir_root
+        self.wal_dir_given = wal_dir is not None
+
+    @property
+    def is_s3(self) -> bool:
+        return self.location.is_s3
+
+    @property
+    def objects(self) -> ObjectStore:
+        """The warehouse's object store (shared state: configs, leases, snapshots, erasure requests)."""
+        return _open_store(self.location)
+
+    def __str__(self) -> str:
+        return self.location.uri(self.account)
+
+    # -- keys of shared state (through `objects`) ---------------------------------------------
+
+    def key(self, *parts: str) -> str:
+        return "/".join((self.account, *parts))
+
+    @property
+    def stream_configs_key(self) -> str:
+        return self.key("_system", "streams")
+
+    def stream_config_key(self, stream: str) -> str:
+        return self.key("_system", "streams", file_name(stream, ".json"))
+
+    @property
+    def consumer_configs_root_key(self) -> str:
+        return self.key("_system", "consumers")
+
+    def consumer_configs_key(self, stream: str) -> str:
+        return self.key("_system", "consumers", file_name(stream, ""))
+
+    def consumer_config_key(self, stream: str, consumer: str) -> str:
+        return self.key("_system", "consumers", file_name(stream, ""), file_name(consumer, ".json"))
+
+    @property
+    def erasures_key(self) -> str:
+        return self.key("_system", "erasures")
+
+    def index_snapshot_key(self, stream: str) -> str:
+        return self.key("_system", "index", file_name(stream, ".idx"))
+
+    @property
+    def owner_key(self) -> str:
+        return self.key("_system", "leases", "owner.json")
+
+    def lease_key(self, table: TableLocation | Path) -> str:
+        """The commit lease of a table (`TableLocation` or, from the jobs, a local table path)."""
+        table_key = table.key if isinstance(table, TableLocation) else str(
+            Path(table).resolve().relative_to(self._local_root()))
+        relative = table_key.removeprefix(self.account + "/").replace("/", "__")
+        return self.key("_system", "leases", file_name(relative, ".json"))
+
+    # -- Delta tables -------------------------------------------------------------------------
+
+    def table(self, *parts: str) -> TableLocation:
+        key = self.key(*parts)
+        return TableLocation(self.location.uri(key), key, self.location.storage_options(), self.location)
+
+    def stream_table_location(self, stream: str) -> TableLocation:
+        return self.table("streams", stream)
+
+    @property
+    def tombstones(self) -> TableLocation:
+        return self.table("_system", "tombstones")
+
+    @property
+    def acks(self) -> TableLocation:
+        return self.table("_system", "acks")
+
+    # -- local folders: the write-ahead logs --------------------------------------------------
+
+    @property
+    def acks_wal(self) -> Path:
+        # A `.` cannot appear in a stream name, so this folder never collides with a stream's log.
+        return self.wal_dir_root / "_wal" / ".acks"
+
+    def wal_dir(self, stream: str) -> Path:
+        return self.wal_dir_root / "_wal" / stream
+
+    def object_log_key(self, stream: str) -> str:
+        """The folder of a stream's log (or `.acks`) in the object store, with `--wal object`."""
+        return self.key("_log", stream)
+
+    # -- local paths (local warehouses only: the Spark jobs' view) ----------------------------
+
+    def _local_root(self) -> Path:
+        if self.location.root is None:
+            raise ValueError(f"{self.location.uri()} is on object storage: it has no local paths")
+        return self.location.root / self.account
 
     def stream_table(self, stream: str) -> Path:
-        return self.root / "streams" / stream
+        return self._local_root() / "streams" / stream
 
     @property
     def streams_dir(self) -> Path:
-        return self.root / "streams"
+        return self._local_root() / "streams"
 
     @property
     def stream_configs(self) -> Path:
-        return self.root / "_system" / "streams"
+        return self._local_root() / "_system" / "streams"
 
     def stream_config(self, stream: str) -> Path:
         return self.stream_configs / file_name(stream, ".json")
 
     @property
     def tombstones_table(self) -> Path:
-        return self.root / "_system" / "tombstones"
+        return self._local_root() / "_system" / "tombstones"
 
     @property
     def acks_table(self) -> Path:
-        return self.root / "_system" / "acks"
+        return self._local_root() / "_system" / "acks"
 
     @property
     def consumer_configs(self) -> Path:
-        return self.root / "_system" / "consumers"
-
-    @property
-    def acks_wal(self) -> Path:
-        # A `.` cannot appear in a stream name, so this folder never collides with a stream's log.
-        return self.root / "_wal" / ".acks"
+        return self._local_root() / "_system" / "consumers"
 
     @property
     def leases(self) -> Path:
-        return self.root / "_system" / "leases"
-
-    def wal_dir(self, stream: str) -> Path:
-        return self.root / "_wal" / stream
-
-    @property
-    def owner_lock(self) -> Path:
-        return self.root / "_system" / "owner.lock"
+        return self._local_root() / "_system" / "leases"
 
     def index_snapshot(self, stream: str) -> Path:
-        return self.root / "_system" / "index" / file_name(stream, ".idx")
+        return self._local_root() / "_system" / "index" / file_name(stream, ".idx")
 
-    def lease_file(self, table: Path) -> Path:
-        relative = str(table.resolve().relative_to(self.root)).replace("/", "__")
-        return self.leases / file_name(relative, ".lease")
+    def lease_file(self, table: Path | TableLocation) -> CommitLeaseRef:
+        """The commit lease of a table, for `engine.store.lease.commit_lease` (the jobs call this)."""
+        return CommitLeaseRef(self.objects, self.lease_key(table))
+
+
+@dataclass(frozen=True)
+class CommitLeaseRef:
+    """Where a table's commit lease lives: the warehouse's store and the lease's key."""
+
+    store: ObjectStore = field(hash=False, compare=False)
+    key: str
 
 
 def account_names(warehouse: str | Path) -> list[str]:
-    """The accounts that have a tree in the warehouse (a folder with `_system/`), sorted."""
-    root = Path(warehouse)
-    if not root.is_dir():
-        return []
-    return sorted(p.name for p in root.iterdir() if (p / "_system").is_dir())
+    """The accounts that have a tree in the warehouse (objects under `<account>/_system/`), sorted."""
+    location = WarehouseLocation.parse(warehouse)
+    if location.root is not None:
+        root = location.root
+        return sorted(p.name for p in root.iterdir() if (p / "_system").is_dir()) if root.is_dir() else []
+    names = {meta.key.split("/", 1)[0] for meta in _open_store(location).list() if "/_system/" in meta.key}
+    return sorted(names)

@@ -28,6 +28,7 @@ import json
 import struct
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
 from engine.clock import Clock, SystemClock
@@ -122,8 +123,12 @@ class Lease:
         except ObjectNotFoundError:
             return None
 
-    def try_acquire(self) -> bool:
-        """Takes the lease if it is free, expired or already ours; True if this owner holds it now."""
+    def try_acquire(self, breakable: Callable[[LeaseRecord], bool] | None = None) -> bool:
+        """Takes the lease if it is free, expired or already ours; True if this owner holds it now.
+
+        `breakable` may declare a held record abandoned (its holder is known to be dead): it is then
+        taken at once, by the same conditional write as an expired one.
+        """
         if self._record is not None:
             try:
                 self.renew()
@@ -136,15 +141,16 @@ class Lease:
         except ObjectNotFoundError:
             return self._write(LeaseRecord(self.owner, 1, now + self.ttl_ns, _nonce()), None, now)
         current = LeaseRecord.from_bytes(stored.data)
-        if current.held_at(now):
+        if current.held_at(now) and not (breakable is not None and breakable(current)):
             return False
         wanted = LeaseRecord(self.owner, current.token + 1, now + self.ttl_ns, _nonce())
         return self._write(wanted, stored.version, now)
 
-    def acquire(self, timeout: float, poll: float = 0.05) -> int:
+    def acquire(self, timeout: float, poll: float = 0.05,
+                breakable: Callable[[LeaseRecord], bool] | None = None) -> int:
         """Waits up to `timeout` seconds for the lease; returns the token. Raises LeaseHeldError."""
         deadline = time.monotonic() + timeout
-        while not self.try_acquire():
+        while not self.try_acquire(breakable):
             if time.monotonic() >= deadline:
                 raise LeaseHeldError(f"lease {self.key} is held by {self.holder()}")
             time.sleep(poll)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from urllib.parse import unquote
 
 import numpy as np
@@ -23,7 +22,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from engine.store.layout import PARTITION_COLUMN
+from engine.store.layout import PARTITION_COLUMN, TableLocation
 
 SubjectMatch = Callable[[str], bool]
 
@@ -38,7 +37,7 @@ class StoredRows:
 
 
 def scan(
-    table: Path,
+    table: TableLocation,
     stream_id: str,
     match: SubjectMatch,
     partition_match: SubjectMatch,
@@ -49,7 +48,7 @@ def scan(
     satisfies `partition_match` (a partition is a subject or its first tokens; the caller decides)."""
     out = StoredRows()
     try:
-        dt = DeltaTable(str(table))
+        dt = DeltaTable(table.uri, storage_options=table.storage_options)
     except TableNotFoundError:
         return out
     out.flushed = dt.transaction_version(stream_id) or 0
@@ -63,7 +62,7 @@ def scan(
     for path, partition, high in zip(paths, partitions, highs.tolist(), strict=True):
         if high <= above or not partition_match(partition):
             continue
-        rows = pq.read_table(table / unquote(path), columns=columns)
+        rows = pq.read_table(table.file(unquote(path)), columns=columns, filesystem=table.filesystem)
         out.files_read += 1
         _collect(rows, match, above, out.rows)
     return out

@@ -19,8 +19,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import unquote
 
 import numpy as np
@@ -31,7 +30,7 @@ from deltalake import DeltaTable
 
 from engine.errors import JetStreamError
 from engine.store.base import StoredMessage
-from engine.store.layout import PARTITION_COLUMN, STREAM_SCHEMA
+from engine.store.layout import PARTITION_COLUMN, STREAM_SCHEMA, TableLocation
 
 log = logging.getLogger(__name__)
 
@@ -80,15 +79,16 @@ class _RowGroups:
     hold the sequence, and later reads in that group are dictionary lookups.
     """
 
-    def __init__(self, budget: int, opener: Opener | None = None) -> None:
+    def __init__(self, budget: int, filesystem: Any = None, opener: Opener | None = None) -> None:
         self.budget = budget
+        self.filesystem = filesystem  # pyarrow's, for a table on S3; None: local paths
         self.opener = opener
-        self._meta: dict[Path, tuple[pq.FileMetaData, np.ndarray, np.ndarray]] = {}
-        self._groups: OrderedDict[tuple[Path, int], tuple[_Window, int]] = OrderedDict()
+        self._meta: dict[str, tuple[pq.FileMetaData, np.ndarray, np.ndarray]] = {}
+        self._groups: OrderedDict[tuple[str, int], tuple[_Window, int]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def find(self, path: Path, seq: int) -> StoredMessage | None:
+    def find(self, path: str, seq: int) -> StoredMessage | None:
         """The message `seq` of the file at `path`, from the row groups whose statistics may hold it."""
         meta, lows, highs = self.footer(path)
         for group in np.flatnonzero((lows <= seq) & (highs >= seq)).tolist():
@@ -97,14 +97,15 @@ class _RowGroups:
                 return msg
         return None
 
-    def window(self, path: Path, meta: pq.FileMetaData, group: int) -> _Window:
+    def window(self, path: str, meta: pq.FileMetaData, group: int) -> _Window:
         key = (path, group)
         with self._lock:
             cached = self._groups.get(key)
             if cached is not None:
                 self._groups.move_to_end(key)
                 return cached[0]
-        table = pq.ParquetFile(path, metadata=meta).read_row_group(group, columns=_FILE_COLUMNS)
+        file = pq.ParquetFile(path, metadata=meta, filesystem=self.filesystem)
+        table = file.read_row_group(group, columns=_FILE_COLUMNS)
         if self.opener is not None:
             opened = self.opener(table)
             table = opened.table
@@ -119,10 +120,10 @@ class _RowGroups:
                 self._bytes -= size
         return window
 
-    def footer(self, path: Path) -> tuple[pq.FileMetaData, np.ndarray, np.ndarray]:
+    def footer(self, path: str) -> tuple[pq.FileMetaData, np.ndarray, np.ndarray]:
         found = self._meta.get(path)
         if found is None:
-            meta = pq.read_metadata(path)
+            meta = pq.read_metadata(path, filesystem=self.filesystem)
             column = meta.schema.to_arrow_schema().get_field_index("seq")
             stats = [meta.row_group(i).column(column).statistics for i in range(meta.num_row_groups)]
             lows = np.array([st.min if st is not None and st.has_min_max else -1 for st in stats], np.int64)
@@ -151,9 +152,9 @@ class TableReads:
     """The read side of one stream's table. Thread-safe: reads run under the stream's lock, the
     flusher marks the table changed from its own thread."""
 
-    def __init__(self, table_path: Path, partition_of: Callable[[str], str], cache_bytes: int,
+    def __init__(self, table: TableLocation, partition_of: Callable[[str], str], cache_bytes: int,
                  opener: Opener | None = None) -> None:
-        self.table_path = table_path
+        self.table = table
         self.partition_of = partition_of
         self._files = _FileMap()
         self._files_lock = threading.Lock()
@@ -161,7 +162,7 @@ class TableReads:
         self._windows: list[tuple[int, int, _Window]] = []
         self._window_hint: tuple[int, int, _Window] | None = None
         self._opener = opener
-        self._row_groups = _RowGroups(cache_bytes, opener)
+        self._row_groups = _RowGroups(cache_bytes, table.filesystem, opener)
 
     def changed(self) -> None:
         """A commit or a job changed the table: the file list is read again before the next read."""
@@ -186,7 +187,7 @@ class TableReads:
             mask = (files.min_seq <= seq) & (files.max_seq >= seq) & (files.partitions == partition)
             try:
                 for i in np.flatnonzero(mask):
-                    msg = self._row_groups.find(self.table_path / unquote(files.paths[i]), seq)
+                    msg = self._row_groups.find(self.table.file(unquote(files.paths[i])), seq)
                     if msg is not None:
                         return msg
                 return None
@@ -217,7 +218,7 @@ class TableReads:
         mask = (files.min_seq <= hi) & (files.max_seq >= lo) & np.isin(files.partitions, list(partitions))
         held = {id(w) for _, _, w in self._windows}
         for i in np.flatnonzero(mask):
-            path = self.table_path / unquote(files.paths[i])
+            path = self.table.file(unquote(files.paths[i]))
             try:
                 meta, lows, highs = self._row_groups.footer(path)
                 for group in np.flatnonzero((lows <= hi) & (highs >= lo)).tolist():
@@ -247,11 +248,12 @@ class TableReads:
         files = self._file_map(refresh)
         parts: list[pa.Table] = []
         for i in np.flatnonzero((files.min_seq <= hi) & (files.max_seq >= lo)):
-            path = self.table_path / unquote(files.paths[i])
+            path = self.table.file(unquote(files.paths[i]))
             meta, lows, highs = self._row_groups.footer(path)
             groups = np.flatnonzero((lows <= hi) & (highs >= lo)).tolist()
             if groups:
-                parts.append(pq.ParquetFile(path, metadata=meta).read_row_groups(groups, columns=_INDEX_COLUMNS))
+                file = pq.ParquetFile(path, metadata=meta, filesystem=self.table.filesystem)
+                parts.append(file.read_row_groups(groups, columns=_INDEX_COLUMNS))
         if not parts:
             return np.zeros(0, np.int64), pa.array([], pa.string()), np.zeros(0, np.int64), np.zeros(0, np.int64)
         table = pa.concat_tables(parts, promote_options="permissive")
@@ -279,7 +281,8 @@ class TableReads:
         last_file = int(np.argmax(files.max_seq))
         chosen = sorted(set(np.flatnonzero(files.max_ts >= since_us).tolist()) | {last_file})
         columns = ["seq", "ts", "msg_id"] if self._opener is None else ["seq", "ts", "subject", "headers"]
-        parts = [pq.read_table(self.table_path / unquote(files.paths[i]), columns=columns) for i in chosen]
+        parts = [pq.read_table(self.table.file(unquote(files.paths[i])), columns=columns,
+                               filesystem=self.table.filesystem) for i in chosen]
         table = _once_per_seq(pa.concat_tables(parts, promote_options="permissive").sort_by("seq"))
         if self._opener is not None:  # the msg ids are in the sealed headers
             table = self._opener(table).table
@@ -306,7 +309,7 @@ class TableReads:
     def _file_map(self, refresh: bool) -> _FileMap:
         with self._files_lock:
             if refresh or self._files.version < 0 or self._stale:
-                dt = DeltaTable(str(self.table_path))
+                dt = DeltaTable(self.table.uri, storage_options=self.table.storage_options)
                 actions = pa.table(dt.get_add_actions(flatten=True))
                 n = actions.num_rows
                 self._files = _FileMap(

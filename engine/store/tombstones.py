@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -23,7 +22,8 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from engine.store.commits import transactions
+from engine.store.commits import open_table, transactions
+from engine.store.layout import TableLocation
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +47,8 @@ _NONE = StreamTombstones(0, 0, np.zeros(0, np.int64), np.zeros(0, np.int64))
 class TombstoneView:
     """The tombstones table as it is now, read at the first question and grouped by stream id."""
 
-    def __init__(self, table_path: Path) -> None:
-        self.table_path = table_path
+    def __init__(self, table: TableLocation) -> None:
+        self.table = table
         self._table: DeltaTable | None = None
         self._loaded = False
         self._lock = threading.Lock()
@@ -77,10 +77,10 @@ class TombstoneView:
     def _load(self) -> None:
         self._loaded = True
         try:
-            self._table = DeltaTable(str(self.table_path))
+            self._table = open_table(self.table)
         except TableNotFoundError:
             return
-        self._versions = _checked(transactions(self.table_path), self._table)
+        self._versions = _checked(transactions(self.table), self._table)
         rows = self._table.to_pyarrow_table(columns=["stream_id", "first_seq", "last_seq"])
         if not rows.num_rows:
             return

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -379,6 +380,11 @@ class WriteAheadLog:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+
+    def destroy(self) -> None:
+        """Removes the whole log folder (the stream is deleted or made anew)."""
+        self.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
 
     def forget(self) -> None:
         """This log object is done with (closed, or replaced by one re-reading the folder): its bytes

@@ -62,7 +62,7 @@ def test_idle_streams_restart_from_their_snapshots_and_one_read_of_the_tombstone
 
     tombstones = js.layout.tombstones_table
     assert (tombstones / "_delta_log" / "_last_checkpoint").exists()
-    read = transactions(tombstones)
+    read = transactions(js.layout.tombstones)
     table = DeltaTable(str(tombstones))
     assert read is not None and len(read) == 2 * STREAMS
     assert read == {app_id: table.transaction_version(app_id) for app_id in read}

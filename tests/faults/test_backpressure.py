@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 
+from engine.store.layout import Layout
 from engine.store.lease import commit_lease
 from tests.faults.harness import STREAM, Load, check_restart, create_consumer, create_stream
 from tests.gateway import Gateway
@@ -61,7 +62,7 @@ def test_failing_commits_bound_the_backlog_and_are_reported(warehouse: Path) -> 
             create_stream(c)
             create_stream(c, "OTHER", "other.>")
             create_consumer(c)
-            lease = warehouse / "default" / "_system" / "leases" / f"streams__{STREAM}.lease"
+            lease = Layout(warehouse).lease_file(Layout(warehouse).stream_table(STREAM))
             with commit_lease(lease, timeout=10):  # a maintenance job commits: the flusher cannot
                 refused = _publish_until_refused(c, "faults.a", load.acked, "a")
                 error = refused["error"]
@@ -93,7 +94,7 @@ def test_failing_commits_bound_the_backlog_and_are_reported(warehouse: Path) -> 
                 assert _metric(metrics, "jetlake_flush_failing_tables") >= 1
                 assert _metric(metrics, "jetlake_log_bytes") >= 64 * KIB
 
-                with commit_lease(warehouse / "default" / "_system" / "leases" / "streams__OTHER.lease", timeout=10):
+                with commit_lease(Layout(warehouse).lease_file(Layout(warehouse).stream_table("OTHER")), timeout=10):
                     _publish_until_refused(c, "other.y", {}, "o")
                     health = c.get("/healthz")
                     assert health.status_code == 503 and health.json()["writes"] is False, health.text

@@ -14,6 +14,7 @@ import pytest
 
 from engine import EngineOptions, InboundMessage, JetStream, ManualClock
 from engine.store.failpoints import ENV
+from engine.store.layout import Layout
 from engine.store.lease import commit_lease
 from engine.store.rows import decode
 from engine.store.wal import HEADER_SIZE, read_segment
@@ -29,7 +30,7 @@ def _log_of_three_segments(warehouse: Path, clock: ManualClock) -> dict[int, byt
     js = JetStream(warehouse, EngineOptions(), clock=clock)
     js.open(start_flusher=False)
     acked: dict[int, bytes] = {}
-    lease = warehouse / "default" / "_system" / "leases" / f"streams__{STREAM}.lease"
+    lease = Layout(warehouse).lease_file(Layout(warehouse).stream_table(STREAM))
     try:
         js.add_stream({"name": STREAM, "subjects": ["faults.>"]})
         for round_ in range(3):

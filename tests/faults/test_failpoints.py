@@ -15,6 +15,7 @@ import pytest
 from deltalake import DeltaTable
 
 from engine.store.failpoints import ENV
+from engine.store.layout import Layout
 from engine.store.lease import commit_lease
 from tests.faults.harness import STREAM, Load, check_restart, create_consumer, create_stream
 from tests.gateway import Gateway
@@ -44,8 +45,7 @@ KILLS = [
 def _checkpoint_every_other_version(warehouse: Path, table: str) -> None:
     """Makes a checkpoint due at every other commit, so a short load reaches one (as the 100th would)."""
     path = warehouse / "default" / table
-    lease = warehouse / "default" / "_system" / "leases" / (table.replace("/", "__") + ".lease")
-    with commit_lease(lease, timeout=10):
+    with commit_lease(Layout(warehouse).lease_file(path), timeout=10):
         DeltaTable(str(path)).alter.set_table_properties({"delta.checkpointInterval": "2"})
 
 

@@ -127,5 +127,15 @@ class ObjectStore(ABC):
         """The object's bytes in chunks, for objects too large to hold. Raises ObjectNotFoundError
         before the first chunk when the object is missing."""
 
+    def delete_prefix(self, prefix: str) -> int:
+        """Removes every object under the folder `prefix` (a table, a stream's configs); returns how many."""
+        prefix = check_prefix(prefix)
+        if not prefix:
+            raise ValueError("refusing to delete the whole warehouse")
+        keys = [meta.key for meta in self.list(prefix)]
+        for key in keys:
+            self.delete(key)
+        return len(keys)
+
     def close(self) -> None:  # noqa: B027 - most backends hold nothing to release
         """Releases what the backend holds (connections); the store is unusable afterwards."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import stat
 import time
 import uuid
@@ -134,6 +135,15 @@ class LocalObjectStore(ObjectStore):
                 found.append(_meta(path.relative_to(self.root).as_posix(), st))
         found.sort(key=lambda meta: meta.key)
         return iter(found)
+
+    def delete_prefix(self, prefix: str) -> int:
+        """The folder goes whole (one `rmtree`, not a fsynced unlink per object)."""
+        prefix = check_prefix(prefix)
+        if not prefix:
+            raise ValueError("refusing to delete the whole warehouse")
+        removed = sum(1 for _ in self.list(prefix))
+        shutil.rmtree(self.root / prefix, ignore_errors=True)
+        return removed
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
         if start < 0 or end < start:

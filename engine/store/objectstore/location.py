@@ -17,6 +17,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from engine.store.objectstore.base import ObjectStore, check_prefix
@@ -68,6 +69,19 @@ class S3Settings:
         if self.allow_http:
             options["AWS_ALLOW_HTTP"] = "true"
         return options
+
+    def arrow_filesystem(self) -> Any:
+        """pyarrow's `S3FileSystem` on this store (reads of Parquet footers and row groups)."""
+        from pyarrow import fs
+
+        options: dict[str, Any] = {"region": self.region, "allow_bucket_creation": True}
+        if self.endpoint:
+            scheme, _, host = self.endpoint.partition("://")
+            options.update(endpoint_override=host or scheme, scheme=scheme if host else "https")
+        if self.access_key_id and self.secret_access_key:
+            options.update(access_key=self.access_key_id, secret_key=self.secret_access_key,
+                           session_token=self.session_token)
+        return fs.S3FileSystem(**options)
 
     def spark_conf(self) -> dict[str, str]:
         """Spark session settings that route `s3a://` to this store through Hadoop's S3A."""

@@ -144,14 +144,7 @@ def ensure_bucket(bucket: str, settings: S3Settings) -> None:
     """Creates the bucket if it is missing; a concurrent creator is no error."""
     from pyarrow import fs
 
-    options: dict[str, Any] = {"region": settings.region, "allow_bucket_creation": True}
-    if settings.endpoint:
-        scheme, _, host = settings.endpoint.partition("://")
-        options.update(endpoint_override=host or scheme, scheme=scheme if host else "https")
-    if settings.access_key_id and settings.secret_access_key:
-        options.update(access_key=settings.access_key_id, secret_key=settings.secret_access_key,
-                       session_token=settings.session_token)
-    s3 = fs.S3FileSystem(**options)
+    s3 = settings.arrow_filesystem()
     if s3.get_file_info(bucket).type == fs.FileType.NotFound:
         try:
             s3.create_dir(bucket)
