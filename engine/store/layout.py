@@ -253,8 +253,8 @@ class Layout:
         self.warehouse: Path | str = self.location.root if self.location.root is not None else self.location.uri()
         local = Path(wal_dir) if wal_dir else self.location.root or Path(DEFAULT_STATE_DIR)
         self.wal_dir_root = local.resolve() / account
+        # the account's local folder: in the warehouse when local, the logs' folder when on S3 (logs name it)
         self.root = self.location.root / account if self.location.root is not None else self.wal_dir_root
-        self.wal_dir_given = wal_dir is not None
 
     @property
     def is_s3(self) -> bool:

@@ -31,8 +31,8 @@ log = logging.getLogger(__name__)
 OWNER_TTL_NS = 15_000_000_000
 COMMIT_TTL_NS = 30_000_000_000
 _FOREVER = 365 * 24 * 3600.0
-_held_here: set[str] = set()  # commit leases a `commit_lease` of this process holds now
-_held_lock = threading.Lock()
+_key_locks: dict[str, threading.Lock] = {}  # one per commit lease key: threads of this process queue here
+_locks_lock = threading.Lock()
 
 
 class OwnerLockedError(RuntimeError):
@@ -152,32 +152,37 @@ def commit_lease(ref: CommitLeaseRef, timeout: float | None = None, poll: float 
     """Holds a table's commit lease (from `Layout.lease_file`); waits for it up to `timeout` seconds
     (forever when None). Yields the lease's fencing token.
 
+    Threads of one process first take the key's in-process lock, so the lease object only decides
+    between processes; holding that lock, a record of this process's own is a leftover (a release
+    that failed, on a full disk say) and is taken back at once.
+
     Raises TimeoutError when it stays taken.
     """
-    lease = Lease(ref.store, ref.key, holder_id(), COMMIT_TTL_NS)
-
-    def abandoned(record: LeaseRecord) -> bool:
-        """A dead process's record, or this process's own that no holder here has (a release that
-        failed, on a full disk say): taken at once."""
-        if record.owner == lease.owner:
-            with _held_lock:
-                return ref.key not in _held_here
-        return holder_is_dead(record)
-
+    deadline = None if timeout is None else time.monotonic() + timeout
+    local = _key_lock(ref.key)
+    if not local.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
+        raise TimeoutError(f"commit lease {ref.key} is held by another thread of this process")
     try:
-        token = lease.acquire(_FOREVER if timeout is None else timeout, poll, breakable=abandoned)
-    except LeaseHeldError as exc:
-        raise TimeoutError(f"commit lease {ref.key} is held by another process: {exc}") from None
-    with _held_lock:
-        _held_here.add(ref.key)
-    renewer = _Renewer(lease)
-    try:
-        yield token
-    finally:
-        renewer.stop()
-        with _held_lock:
-            _held_here.discard(ref.key)
+        lease = Lease(ref.store, ref.key, holder_id(), COMMIT_TTL_NS)
+        left = _FOREVER if deadline is None else max(deadline - time.monotonic(), 0.0)
         try:
-            lease.release()
-        except (ObjectStoreError, OSError) as exc:
-            log.warning("commit lease %s not released (it expires, or this process takes it again): %s", ref.key, exc)
+            token = lease.acquire(left, poll, breakable=lambda r: r.owner == lease.owner or holder_is_dead(r))
+        except LeaseHeldError as exc:
+            raise TimeoutError(f"commit lease {ref.key} is held by another process: {exc}") from None
+        renewer = _Renewer(lease)
+        try:
+            yield token
+        finally:
+            renewer.stop()
+            try:
+                lease.release()
+            except (ObjectStoreError, OSError) as exc:
+                log.warning("commit lease %s not released (it expires, or this process takes it back): %s",
+                            ref.key, exc)
+    finally:
+        local.release()
+
+
+def _key_lock(key: str) -> threading.Lock:
+    with _locks_lock:
+        return _key_locks.setdefault(key, threading.Lock())
