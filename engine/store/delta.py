@@ -552,9 +552,10 @@ class DeltaStore:
 
     def _snapshot_is_current(self, meta: dict[str, Any]) -> bool:
         """Whether nothing was committed to the table since the snapshot was written: then the table is
-        not opened at all (a restart of many idle streams reads one small file per stream). A maintenance
-        job's commit also makes it stale, although jobs change no index content (they make tombstoned
-        ranges physical and rewrite files): the table is read then, as for any snapshot."""
+        not opened at all (a restart of many idle streams reads one small object per stream and the
+        metadata of two commit objects, `commits.is_latest_version`). A maintenance job's commit also
+        makes it stale, although jobs change no index content (they make tombstoned ranges physical
+        and rewrite files): the table is read then, as for any snapshot."""
         version = meta.get("table_version")
         if meta.get("stream_id") != self.stream_id or not isinstance(version, int):
             return False

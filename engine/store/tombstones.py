@@ -4,10 +4,11 @@ Each stream's removals (purges, deletes, limits) are rows of one shared Delta ta
 transactions per stream: `<stream_id>/lsn` (the last log record committed there) and `<stream_id>/seq`
 (the stream's last sequence then). A restart used to open that table and scan it once per stream,
 which made a restart of ten thousand streams read it ten thousand times; `TombstoneView` reads the
-columns recovery needs once, groups them by stream, and hands each stream its part. It is built when
-the engine opens and dropped once every stream is recovered (nothing writes the table meanwhile: the
-flusher has not started). Counterpart: none in nats-server, whose deletions live in each stream's
-own message blocks.
+columns recovery needs once (the app transactions from its `_delta_log` objects, through the
+warehouse's object store, local or S3), groups them by stream, and hands each stream its part. It is
+built when the engine opens and dropped once every stream is recovered (nothing writes the table
+meanwhile: the flusher has not started). Counterpart: none in nats-server, whose deletions live in
+each stream's own message blocks.
 """
 
 from __future__ import annotations
