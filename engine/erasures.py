@@ -226,7 +226,11 @@ class ErasureRegistry:
 
     @staticmethod
     def _scan(store: DeltaStore, subjects: _Subjects, above: int, with_data: bool) -> stored.StoredRows:
-        return stored.scan(store.table, store.stream_id, subjects, subjects.partition, above, with_data)
+        """The table's matching rows; an encrypted stream's values (object infos) are opened with its
+        keys, so the chunks named by infos stored only in the table are found too."""
+        sealer = store.sealer
+        open_rows = (lambda rows: sealer.open(rows).table) if sealer is not None and with_data else None
+        return stored.scan(store.table, store.stream_id, subjects, subjects.partition, above, with_data, open_rows)
 
     def _queue_and_remove(self, stream: Stream, seqs: np.ndarray, by: str) -> dict[str, Any]:
         """Under the stream's lock: the request first, then the removal from reads and from memory."""

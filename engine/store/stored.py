@@ -5,7 +5,9 @@ in the table's files until the retention job rewrites them, and a read never ret
 erasure must find them all the same. `scan` reads the `seq` and `subject` columns (and `data` when
 asked) of the files whose partition may hold a matching subject, by the table's latest snapshot.
 It is rare (an erasure request) and reads the table: callers run it off the event loop and outside
-the stream's lock. Subject syntax stays with the caller, which passes two predicates. Counterpart:
+the stream's lock. Subject syntax stays with the caller, which passes two predicates; so do keys: an
+encrypted stream's values are ciphertext here, and the caller passes the function that opens them
+(`OpenRows`) when it needs the data. Counterpart:
 none (nats-server erases a message in place in its block).
 """
 
@@ -25,6 +27,7 @@ from deltalake.exceptions import TableNotFoundError
 from engine.store.layout import PARTITION_COLUMN, TableLocation
 
 SubjectMatch = Callable[[str], bool]
+OpenRows = Callable[[pa.Table], pa.Table]  # rows (seq, subject, data) with `data` opened to plaintext
 
 
 @dataclass
@@ -43,9 +46,11 @@ def scan(
     partition_match: SubjectMatch,
     above: int = 0,
     with_data: bool = False,
+    open_rows: OpenRows | None = None,
 ) -> StoredRows:
     """The rows with `seq > above` whose subject satisfies `match`, in files whose partition value
-    satisfies `partition_match` (a partition is a subject or its first tokens; the caller decides)."""
+    satisfies `partition_match` (a partition is a subject or its first tokens; the caller decides).
+    With `with_data`, `open_rows` (when given) turns the stored values into plaintext first."""
     out = StoredRows()
     try:
         dt = DeltaTable(table.uri, storage_options=table.storage_options)
@@ -64,17 +69,20 @@ def scan(
             continue
         rows = pq.read_table(table.file(unquote(path)), columns=columns, filesystem=table.filesystem)
         out.files_read += 1
-        _collect(rows, match, above, out.rows)
+        _collect(rows, match, above, out.rows, open_rows)
     return out
 
 
-def _collect(rows: pa.Table, match: SubjectMatch, above: int, into: dict[int, bytes | None]) -> None:
+def _collect(rows: pa.Table, match: SubjectMatch, above: int, into: dict[int, bytes | None],
+             open_rows: OpenRows | None) -> None:
     subjects = rows.column("subject")
     wanted = [s for s in pc.unique(subjects).to_pylist() if match(s)]
     if not wanted:
         return
     mask = pc.and_(pc.is_in(subjects, pa.array(wanted, pa.string())), pc.greater(rows.column("seq"), above))
     picked = rows.filter(mask)
+    if open_rows is not None and "data" in picked.column_names and picked.num_rows:
+        picked = open_rows(picked)
     seqs = picked.column("seq").to_pylist()
     data = picked.column("data").to_pylist() if "data" in picked.column_names else [None] * len(seqs)
     into.update(zip(seqs, data, strict=True))
