@@ -182,12 +182,14 @@ ROUTES: tuple[Route, ...] = (
           (("$JS.API.STREAM.MSG.DELETE.{stream}{by_seq}", "$JS.API.STREAM.PURGE.{stream}{by_filter}"),),
           frozenset({"stream", "by_seq", "by_filter"})),
     Route("erasures.status", "GET", "/v1/erasures/{erasure_id}", (("$JS.API.STREAM.INFO.{stream}",),), frozenset({"stream"})),
-    # the system account's routes (JetLake): account listing, usage, erasure in any account
+    # the system account's routes (JetLake): account listing, usage, erasure and key rotation in any account
     Route("accounts.list", "GET", "/v1/accounts", (("$SYS.REQ.SERVER.PING.ACCOUNTZ",),), system=True, jetstream=False),
     Route("accounts.info", "GET", "/v1/accounts/{account}", (("$SYS.REQ.ACCOUNT.{account}.JSZ",),), system=True),
     Route("accounts.erase", "POST", "/v1/accounts/{account}/erasures", (("$SYS.REQ.ACCOUNT.{account}.ERASE",),), system=True),
     Route("accounts.erasure", "GET", "/v1/accounts/{account}/erasures/{erasure_id}",
           (("$SYS.REQ.ACCOUNT.{account}.JSZ",),), system=True),
+    Route("accounts.rotate_key", "POST", "/v1/accounts/{account}/streams/{stream}/rotate-key",
+          (("$SYS.REQ.ACCOUNT.{account}.KEY.ROTATE.{stream}",),), system=True),
 )
 
 BY_NAME = {route.name: route for route in ROUTES}

@@ -1,4 +1,4 @@
-"""The system account's routes: the accounts, their usage, and GDPR erasure in any of them.
+"""The system account's routes: the accounts, their usage, GDPR erasure and key rotation in any of them.
 
 Only a user of the configured `system_account` reaches these (or anyone on a gateway without a
 config); the account acted on is the one in the path (api/gate.py). Counterpart: the account
@@ -53,3 +53,10 @@ async def request_erasure(request: Request, account: str) -> Response:
 @router.get("/{account}/erasures/{erasure_id}")
 def erasure_status(request: Request, account: str, erasure_id: str) -> Response:
     return json_response(registry(deps.engine(request).layout).get(erasure_id))
+
+
+@router.post("/{account}/streams/{stream}/rotate-key")
+def rotate_key(request: Request, account: str, stream: str) -> Response:
+    """A new key epoch for an encrypted stream's new writes, at once (docs/encryption.md); the
+    compaction job with the keyring re-encrypts the older values and then destroys the older keys."""
+    return json_response({"stream": stream, "epoch": deps.engine(request).rotate_key(stream)})

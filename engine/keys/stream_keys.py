@@ -35,10 +35,12 @@ from engine.keys.keyfile import DATA, SUBJECT_HASH, KeyRecord, StreamFile
 from engine.keys.master import AccountKeys
 from engine.keys.nonces import NonceSource
 from engine.keys.subjects import SubjectHasher, key_prefix
+from engine.store import failpoints
 
 FIRST_EPOCH = 1
 CACHE_SIZE = 4096
 SUBJECT = "subject"
+ROTATE_FAILPOINT = "keys.rotate"  # engine/store/failpoints.py: the epoch record's durable append
 
 
 class StreamKeys:
@@ -114,7 +116,9 @@ class StreamKeys:
         """Starts a new epoch for new writes, at once; returns it. Older epochs stay readable."""
         with self._lock, keyfile.locked(self._folder):
             self._sync_locked()
+            fault = failpoints.hit(ROTATE_FAILPOINT)
             self._append_locked([keyfile.epoch_record(self.epoch + 1)])
+            failpoints.after(ROTATE_FAILPOINT, fault)
             return self.epoch
 
     def destroy_prefix(self, prefix: str) -> list[int]:

@@ -34,6 +34,7 @@ Names (a step that does not support an action treats it as its nearest kind, e.g
     compact.optimize, compact.optimized            before and after a rewrite; the erase job's also between
     erase.delete, erase.deleted, erase.retention_zeroed, erase.vacuumed, erase.log_cleaned,
     erase.retention_restored, erase.cleaned, erase.tombstones_removed      its property changes and cleanups
+    keys.rotate                                    a stream's new key epoch (engine/keys/stream_keys.py `rotate`)
 """
 
 from __future__ import annotations
