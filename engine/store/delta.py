@@ -288,15 +288,20 @@ class DeltaStore:
     ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """The index as it will be once the job is committed (everything sealed is in it), without the
         names of subjects that have no message left (no erased subject outlives its messages), and the
-        duplicate window's ids (all of them are sealed too). An encrypted stream's ids are header content:
-        they stay out of the snapshot, which is not encrypted, and are read back from the sealed table."""
+        duplicate window's ids (all of them are sealed too). An encrypted stream's ids are header content
+        and the snapshot is not encrypted: they go into it sealed (sealed.py `seal_msg_ids`)."""
         index.forget_dead_subjects()
         meta: dict[str, Any] = {"stream_id": self.stream_id, "flushed_seq": flushed_seq, "lsn": self.wal.next_lsn - 1,
                                 "partitions": sorted(self.partitioner.names())}
         arrays = index.to_arrays()
-        if dedup is not None and self.sealer is None:
-            msg_ids, meta["last_msg_id"] = dedup()
-            arrays.update(index_file.pack_msg_ids(msg_ids))
+        if dedup is not None:
+            msg_ids, last_msg_id = dedup()
+            packed = index_file.pack_msg_ids(msg_ids)
+            if self.sealer is None:
+                meta["last_msg_id"] = last_msg_id
+            else:
+                packed = self.sealer.seal_msg_ids(packed, last_msg_id, flushed_seq)
+            arrays.update(packed)
         self._snapshot_now = False
         return meta, arrays
 
@@ -477,6 +482,19 @@ class DeltaStore:
 
     # -- recovery -----------------------------------------------------------------------------
 
+    def _snapshot_msg_ids(self, snapshot: tuple[dict[str, Any], dict[str, np.ndarray]],
+                          since_ns: int) -> tuple[index_file.MsgIds | None, str | None]:
+        """The duplicate window the snapshot carries (opened for an encrypted stream), and the last id;
+        (None, None) when it carries none the stream can use: the caller reads them from the table."""
+        meta, arrays = snapshot
+        last_msg_id = meta.get("last_msg_id")
+        if self.sealer is not None:
+            opened = self.sealer.open_msg_ids(arrays, int(meta["flushed_seq"]))
+            if opened is None:
+                return None, None
+            (last_msg_id,) = opened
+        return index_file.unpack_msg_ids(arrays, since_ns), last_msg_id
+
     def recover(self, msg_id_since_ns: int) -> Recovered:
         """Rebuilds the index from its snapshot (or the table), the tombstones and the log.
 
@@ -507,13 +525,13 @@ class DeltaStore:
         index, covered = self._index_from_snapshot(snapshot, flushed_seq) if has_table else (None, None)
         if index is None:
             index = self.new_index()
-        msg_ids = index_file.unpack_msg_ids(snapshot[1], msg_id_since_ns) if current and snapshot else None
+        msg_ids, last_msg_id = self._snapshot_msg_ids(snapshot, msg_id_since_ns) if current and snapshot else (None, None)
         if has_table and not current:
             self.partitioner.learn(self.reads.partitions())
             self._read_table_into(index, flushed_seq)
             self._snapshot_now = True  # the next flush or close writes a snapshot the next start can trust
-        if msg_ids is not None and snapshot is not None:
-            recovered.msg_ids, recovered.last_msg_id = msg_ids, snapshot[0].get("last_msg_id")
+        if msg_ids is not None:
+            recovered.msg_ids, recovered.last_msg_id = msg_ids, last_msg_id
         elif has_table:
             recovered.msg_ids, recovered.last_msg_id = self.reads.recent_msg_ids(msg_id_since_ns)
         index.mark_flushed(flushed_seq)

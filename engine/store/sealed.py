@@ -12,6 +12,9 @@ flusher commits those same sealed values to the table: a large group as one Arro
 (`KIND_SEALED_PACKED`, rows.py's small layout with sealed values), made a batch only at the flush, so
 a single publish pays no Arrow batch. Reads open what they decode; a value that cannot be opened (its key destroyed, or bytes
 that fail authentication) is reported for its message only (`Opened.errors`), and the others serve.
+The index snapshot (index_file.py) is not encrypted; the duplicate window's message ids it carries
+for a restart are header content, so an encrypted stream's go into it sealed (`seal_msg_ids`), one
+value for the whole window: a restart opens that one value instead of every sealed header.
 Counterpart: the encrypted message blocks of server/filestore.go (`encryptMsgBlock`, `checkAndLoadEncryption`).
 """
 
@@ -37,6 +40,8 @@ SMALL = 64  # rows.py's ARROW_FROM
 KEY_REF_SIZE = 5  # engine/keys/cipher.py's HEADER_SIZE
 _SMALL = struct.Struct("<qqiIIII")  # seq, ts_ns, size, len(subject), len(partition), len(headers)+1 or 0, len(data)
 DATA, HEADERS = "data", "headers"
+MSG_IDS = "msg_ids"  # the associated data's field of the snapshot's sealed duplicate window
+SEALED_MSG_IDS = "msg_id_sealed"  # the snapshot array that replaces index_file's `msg_id_bytes`
 _HEADERS_TYPE = STREAM_SCHEMA.field("headers").type
 _TS_TYPE = STREAM_SCHEMA.field("ts").type
 
@@ -236,6 +241,31 @@ class Sealer:
         rows = Rows(small.first_seq, small.subjects, small.ts, [hdr.first(m, hdr.MSG_ID) for m in maps], maps,
                     [d or b"" for d in data.values], small.sizes, small.partitions)
         return rows, errors
+
+    # -- the index snapshot's duplicate window -----------------------------------------------
+
+    def seal_msg_ids(self, arrays: dict[str, np.ndarray], last_msg_id: str | None, seq: int) -> dict[str, np.ndarray]:
+        """index_file.pack_msg_ids's arrays with the ids (and the last id) as one sealed value, bound to
+        the stream and the snapshot's flushed `seq`; offsets, sequences and times stay plain."""
+        plain = orjson.dumps({"last": last_msg_id, "ids": arrays["msg_id_bytes"].tobytes().decode()})
+        sealed = self.keys.seal_one(MSG_IDS, seq, "", plain)
+        out = {name: a for name, a in arrays.items() if name != "msg_id_bytes"}
+        out[SEALED_MSG_IDS] = np.frombuffer(sealed, np.uint8).copy()
+        return out
+
+    def open_msg_ids(self, arrays: dict[str, np.ndarray], seq: int) -> tuple[str | None] | None:
+        """Puts the opened ids back as `msg_id_bytes` into `arrays` and returns (last id,); None when the
+        snapshot has no sealed window or it does not open (its key retired by a rotation, or destroyed):
+        the caller then reads the ids from the sealed table."""
+        sealed = arrays.pop(SEALED_MSG_IDS, None)
+        if sealed is None:
+            return None
+        try:
+            window = orjson.loads(self.keys.open_one(MSG_IDS, seq, "", sealed.tobytes()))
+        except JetStreamError:
+            return None
+        arrays["msg_id_bytes"] = np.frombuffer(window["ids"].encode(), np.uint8).copy()
+        return (window["last"],)
 
     def open(self, table: pa.Table) -> Opened:
         """Opens the sealed `data` and `headers` columns present in `table` (and fills `msg_id` from the

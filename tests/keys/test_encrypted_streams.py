@@ -14,7 +14,9 @@ from deltalake import DeltaTable
 from engine import EngineOptions, JetStream, JetStreamError, ManualClock, PlainBatch, PubAck
 from engine.keys import MasterKey, MissingMasterKeyError, ValueAuthenticationError, WrongMasterKeyError
 from engine.messages import InboundMessage
+from engine.store import index_file
 from engine.store.layout import SEALED_STREAM_SCHEMA
+from engine.store.sealed import SEALED_MSG_IDS
 
 KEY = MasterKey.from_config("engine-test-key-0123456789abcdef", "aes")
 WRONG = MasterKey.from_config("not-the-engine-key-0123456789abc", "aes")
@@ -186,3 +188,42 @@ def test_message_ids_stay_sealed_in_the_index_snapshot_and_still_deduplicate(
     boxed[0] = js = open_engine(warehouse, clock)
     again = js.publish_one("ids.a", b"again", {"Nats-Msg-Id": [msg_id]})
     assert isinstance(again, PubAck) and again.duplicate and again.seq == 1
+
+
+def test_a_restart_takes_the_duplicate_window_sealed_in_the_snapshot(
+    boxed: list[JetStream], warehouse: Path, clock: ManualClock
+) -> None:
+    """The window rides in the snapshot as one sealed value: a restart with a current snapshot opens no
+    table, so with the table's data files gone it still knows the ids; after a rotation the next
+    snapshot's window is sealed under the new epoch, so retiring the older keys leaves it readable."""
+    js = boxed[0]
+    js.add_stream({"name": "IDS", "subjects": ["ids.>"]})
+    ids = [MARKER.decode() + f"-order-{i}" for i in range(3)]
+    assert all(isinstance(js.publish_one("ids.a", b"m", {"Nats-Msg-Id": [i]}), PubAck) for i in ids)
+    js.flush()
+    js.close()
+    snapshot = index_file.read(js.layout.index_snapshot("IDS"))
+    assert snapshot is not None and SEALED_MSG_IDS in snapshot[1] and "msg_id_bytes" not in snapshot[1]
+    assert "last_msg_id" not in snapshot[0] and MARKER not in warehouse_bytes(warehouse)
+
+    table = js.layout.stream_table("IDS")
+    hidden = {p: p.read_bytes() for p in table.rglob("*.parquet")}
+    assert hidden
+    for path in hidden:
+        path.unlink()
+    boxed[0] = js = open_engine(warehouse, clock)
+    again = [js.publish_one("ids.a", b"again", {"Nats-Msg-Id": [i]}) for i in ids]
+    assert all(isinstance(a, PubAck) and a.duplicate for a in again) and [a.seq for a in again] == [1, 2, 3]
+    js.close()
+    for path, data in hidden.items():
+        path.write_bytes(data)
+
+    boxed[0] = js = open_engine(warehouse, clock)
+    keys = js.stream("IDS").store.sealer.keys
+    keys.rotate()
+    assert isinstance(js.publish_one("ids.b", b"new epoch", {"Nats-Msg-Id": ["fresh"]}), PubAck)
+    js.flush()
+    keys.retire_epochs_before(keys.epoch)  # as compaction does once the table holds no older value
+    js.close()  # the snapshot's window is sealed under the new epoch
+    boxed[0] = js = open_engine(warehouse, clock)
+    assert js.publish_one("ids.b", b"x", {"Nats-Msg-Id": ["fresh"]}).duplicate
