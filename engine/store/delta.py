@@ -525,7 +525,9 @@ class DeltaStore:
         index, covered = self._index_from_snapshot(snapshot, flushed_seq) if has_table else (None, None)
         if index is None:
             index = self.new_index()
-        msg_ids, last_msg_id = self._snapshot_msg_ids(snapshot, msg_id_since_ns) if current and snapshot else (None, None)
+        msg_ids, last_msg_id = (None, None)
+        if current and snapshot:
+            msg_ids, last_msg_id = self._snapshot_msg_ids(snapshot, msg_id_since_ns)
         if has_table and not current:
             self.partitioner.learn(self.reads.partitions())
             self._read_table_into(index, flushed_seq)

@@ -143,7 +143,8 @@ ROUTE_REQUESTS: dict[str, RouteRequest] = {
     "accounts.erase": RouteRequest(Call("POST", "/v1/accounts/A/erasures", {"stream": "ORDERS", "seq": 5}), ("$SYS.REQ.ACCOUNT.A.ERASE",)),
     "accounts.erasure": RouteRequest(Call("GET", "/v1/accounts/A/erasures/{erasure}"), ("$SYS.REQ.ACCOUNT.A.JSZ",)),
     "accounts.rotate_key": RouteRequest(  # account A has no key: the allowed call reaches the engine's 400
-        Call("POST", "/v1/accounts/A/streams/ORDERS/rotate-key", ok=frozenset({400})), ("$SYS.REQ.ACCOUNT.A.KEY.ROTATE.ORDERS",)),
+        Call("POST", "/v1/accounts/A/streams/ORDERS/rotate-key", ok=frozenset({400})),
+        ("$SYS.REQ.ACCOUNT.A.KEY.ROTATE.ORDERS",)),
 }
 SYSTEM_ROUTES = {r.name for r in ROUTES if r.system}
 ACCOUNT_ROUTES = [r.name for r in ROUTES if not r.open and not r.system]

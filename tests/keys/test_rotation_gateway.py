@@ -109,7 +109,8 @@ def test_rotation_by_route_and_kill9_mid_rotation_under_load(spark: SparkSession
     try:
         with gateway.client(auth=APP) as c, gateway.client(auth=OPERATOR) as op:
             assert c.post("/v1/streams", json={"name": "ROT", "subjects": ["rot.>"]}).status_code == 201
-            assert c.post("/v1/streams", json={"name": "MEM", "subjects": ["mem.>"], "storage": "memory"}).status_code == 201
+            memory_stream = {"name": "MEM", "subjects": ["mem.>"], "storage": "memory"}
+            assert c.post("/v1/streams", json=memory_stream).status_code == 201
             load = Publisher(gateway.url).start()
             load.wait_for(300)
             assert c.post(ROTATE).status_code == 403  # the operator's route, not the account's
