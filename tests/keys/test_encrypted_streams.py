@@ -202,7 +202,7 @@ def test_a_restart_takes_the_duplicate_window_sealed_in_the_snapshot(
     assert all(isinstance(js.publish_one("ids.a", b"m", {"Nats-Msg-Id": [i]}), PubAck) for i in ids)
     js.flush()
     js.close()
-    snapshot = index_file.read(js.layout.index_snapshot("IDS"))
+    snapshot = index_file.read(js.layout.objects, js.layout.index_snapshot_key("IDS"))
     assert snapshot is not None and SEALED_MSG_IDS in snapshot[1] and "msg_id_bytes" not in snapshot[1]
     assert "last_msg_id" not in snapshot[0] and MARKER not in warehouse_bytes(warehouse)
 
