@@ -624,7 +624,7 @@ def bench_auth(args, sizes: Sizes, workdir: Path, rounds: int) -> dict:
     token_hash = bcrypt.hashpw(AUTH_TOKEN.encode(), bcrypt.gensalt(10, prefix=b"2a")).decode()
     config.write_text(AUTH_CONFIG.format(token_hash=token_hash))
     headers = {"plain": "", "auth": f"Authorization: Bearer {AUTH_TOKEN}\r\n"}
-    extra = ["--flush-interval", str(args.flush_interval)]
+    extra = ["--flush-interval", str(args.flush_interval), "--nats-port", "0"]  # two gateways at once: no NATS door
     procs: dict[str, subprocess.Popen] = {}
     ports: dict[str, int] = {}
     try:

@@ -86,8 +86,10 @@ def test_another_gateway_takes_over_an_object_log_after_a_kill(s3_server: S3Serv
         took_over = time.monotonic() - started
         with second.client() as c:
             state = c.get(f"/v1/streams/{STREAM}").json()["state"]
-            assert (state["messages"], state["first_seq"], state["last_seq"]) == (len(acked), 1, max(acked))
-            assert sorted(acked) == list(range(1, len(acked) + 1)), "acknowledged sequences have no gap"
+            # A batch logged at the kill and never answered may be there too (at most one per publisher).
+            assert (state["first_seq"], state["messages"]) == (1, state["last_seq"]), "no gap"
+            assert max(acked) <= state["last_seq"] <= max(acked) + 10 * len(workers), (state, max(acked))
+            assert set(acked) <= set(range(1, state["last_seq"] + 1))
             for seq in (1, max(acked) // 2, max(acked)):
                 got = c.get(f"/v1/streams/{STREAM}/messages/{seq}").json()["message"]
                 assert base64.b64decode(got["data"]) == acked[seq]
@@ -96,7 +98,7 @@ def test_another_gateway_takes_over_an_object_log_after_a_kill(s3_server: S3Serv
             again = c.post(f"/v1/streams/{STREAM}/consumers/C/next", json={"batch": 10, "no_wait": True}).json()
             assert [m["seq"] for m in again["messages"]] == list(range(51, 61)), "acked messages are not redelivered"
             answer = c.post("/v1/publish", json={"messages": [{"subject": "orders.9", "text": "after"}]})
-            assert answer.json()["acks"][0]["seq"] == max(acked) + 1, "the sequence goes on: no gap, no reuse"
+            assert answer.json()["acks"][0]["seq"] == state["last_seq"] + 1, "the sequence goes on: no gap, no reuse"
             assert c.post("/v1/flush").status_code == 200
         left = [m.key for m in location.open().list(f"default/_log/{STREAM}") if m.key.endswith(".wal")]
         assert left == [], f"log objects committed to the table are removed: {left}"
