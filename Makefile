@@ -7,4 +7,4 @@ serve: setup
 	exec .venv/bin/jetlake serve --warehouse ./warehouse
 
 test: setup
-	.venv/bin/python -m pytest -q $(PYTEST_ARGS)
+	.venv/bin/python scripts/test.py $(PYTEST_ARGS)

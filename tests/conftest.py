@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,7 +10,15 @@ from pyspark.sql import SparkSession
 from engine import EngineOptions, JetStream, ManualClock
 from jobs.spark import spark_session
 from tests.gateway import Gateway
+from tests.groups import ENV, keep_group
 from tests.s3 import S3Server, versitygw_binary
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With $JETLAKE_TEST_GROUP set (by scripts/test.py), only that group's tests run."""
+    group = os.environ.get(ENV)
+    if group:
+        keep_group(config, items, group)
 
 
 @pytest.fixture(scope="session")

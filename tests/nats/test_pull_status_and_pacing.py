@@ -69,11 +69,11 @@ async def _pull_statuses(url: str) -> list[tuple[str, str]]:
         seen.append(await status())
         await ask("LIM", {"batch": 1, "max_bytes": 5000}, "c")
         seen.append(await status())
-        await ask("W", {"batch": 1, "expires": 2 * NS}, "d")  # waits: W's filter matches nothing
+        await ask("W", {"batch": 1, "expires": 6 * NS}, "d")  # waits: W's filter matches nothing
         await nc.flush()
-        await ask("W", {"batch": 1, "expires": 2 * NS}, "e")
-        seen.append(await status())  # the second one: max_waiting is 1
-        seen.append(await status())  # the first one, once its 2 s are over
+        await ask("W", {"batch": 1, "expires": 1 * NS}, "e")
+        seen.append(await status())  # the second one: max_waiting is 1 (d waits long enough on a loaded machine)
+        seen.append(await status())  # the first one, once its 6 s are over
         await ask("RP", {"batch": 10, "expires": 3 * NS}, "f")  # one message, then held by max_ack_pending
         seen.append(await status())
         await ask("RP", {"batch": 1, "no_wait": True}, "g")

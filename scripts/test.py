@@ -1,0 +1,72 @@
+"""Runs the test suite as parallel pytest processes, one per group of tests/groups.py.
+
+    .venv/bin/python scripts/test.py [PYTEST ARGS...]
+
+Each group gets its own --basetemp and log; a line is printed as each group ends (with its pytest
+summary), then the log of every group that failed. The exit code is the first failing group's, or 0.
+Arguments go to every group (`-k recovery`, `-m "not large"`); a group left with no test (pytest's
+exit 5) counts as passed. `JETLAKE_TEST_GROUPS=spark,rest` runs only those groups.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.groups import ENV, GROUPS  # noqa: E402
+
+NO_TESTS = 5
+
+
+def main(args: list[str]) -> int:
+    groups = [g for g in os.environ.get("JETLAKE_TEST_GROUPS", ",".join(GROUPS)).split(",") if g]
+    scratch = Path(tempfile.mkdtemp(prefix="jetlake-tests-"))
+    started = time.monotonic()
+    running = {group: _start(group, args, scratch) for group in groups}
+    print(f"test: {len(running)} groups in parallel ({', '.join(running)}); logs in {scratch}", flush=True)
+    failed: list[tuple[str, int]] = []
+    while running:
+        for group, (process, log) in list(running.items()):
+            code = process.poll()
+            if code is None:
+                continue
+            del running[group]
+            passed = code in (0, NO_TESTS)
+            print(f"test: {group} {'passed' if passed else f'FAILED ({code})'} after "
+                  f"{time.monotonic() - started:.0f} s: {_summary(log)}", flush=True)
+            if not passed:
+                failed.append((group, code))
+        time.sleep(1)
+    for group, _ in failed:
+        print(f"\n===== {group} =====\n{(scratch / f'{group}.log').read_text(errors='replace')}", flush=True)
+    return failed[0][1] if failed else 0
+
+
+def _start(group: str, args: list[str], scratch: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    log = scratch / f"{group}.log"
+    env = {**os.environ, ENV: group, "PYTHONPATH": _pythonpath()}
+    command = [sys.executable, "-m", "pytest", "-q", f"--basetemp={scratch / group}", *args]
+    with log.open("wb") as out:
+        return subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT), log
+
+
+def _pythonpath() -> str:
+    existing = os.environ.get("PYTHONPATH")
+    return f"{ROOT}{os.pathsep}{existing}" if existing else str(ROOT)
+
+
+def _summary(log: Path) -> str:
+    """pytest's last line (`N passed, M failed in S s`)."""
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    return lines[-1].strip("= ") if lines else "(no output)"
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

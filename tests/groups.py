@@ -1,0 +1,47 @@
+"""The suite's parallel groups: `scripts/test.py` runs one pytest process per group at once.
+
+Every test belongs to exactly one group, decided here from its path and markers, so the groups
+together run the whole suite once. Spark runs in one group only (one Spark session per run); the
+groups that mostly wait on real servers, kills and timeouts (faults, the NATS door, object storage)
+run beside it, which is where two cores gain.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+GROUPS = ("spark", "servers", "rest")
+ENV = "JETLAKE_TEST_GROUP"
+
+_TESTS = Path(__file__).parent
+_SPARK_PATHS = ("jobs", "keys", "test_scale.py")
+_SERVER_PATHS = ("faults", "nats", "test_s3_server.py", "test_gateway_on_s3.py", "test_wal_object.py",
+                 "engine/test_restart_on_s3.py", "engine/test_delta_on_s3.py", "engine/test_object_log.py")
+
+
+def group_of(item: pytest.Item) -> str:
+    """The group an item runs in."""
+    relative = Path(item.fspath).resolve().relative_to(_TESTS.resolve()).as_posix()
+    uses_spark = item.get_closest_marker("spark") or "shared_spark" in getattr(item, "fixturenames", ())
+    if uses_spark or _under(relative, _SPARK_PATHS):
+        return "spark"
+    if _under(relative, _SERVER_PATHS):
+        return "servers"
+    return "rest"
+
+
+def _under(relative: str, prefixes: tuple[str, ...]) -> bool:
+    return any(relative == p or relative.startswith(p + "/") for p in prefixes)
+
+
+def keep_group(config: pytest.Config, items: list[pytest.Item], group: str) -> None:
+    """Deselects every item outside `group` (reported as deselected, as `-m` does)."""
+    if group not in GROUPS:
+        raise pytest.UsageError(f"{ENV}={group!r}: the groups are {', '.join(GROUPS)}")
+    kept = [item for item in items if group_of(item) == group]
+    dropped = [item for item in items if group_of(item) != group]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    items[:] = kept
