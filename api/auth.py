@@ -1,6 +1,6 @@
 """Who a client is and what it may do: the one authentication and permission check of both front doors.
 
-The HTTP gateway (api/gate.py) and the NATS door hand this module the credentials a client presented
+The HTTP gateway (api/http/gate.py) and the NATS door hand this module the credentials a client presented
 (user and password, a token, the subject of a verified client certificate) and get a `Principal`: the
 account the client acts in and its permissions, checked as nats-server checks them
 (engine/accounts/permissions.py). The order is nats-server's (auth.go

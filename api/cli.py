@@ -70,9 +70,9 @@ def _keep_freed_memory() -> None:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from api.app import create_app
+    from api.http.app import create_app
     from api.auth import Authenticator
-    from api.tls import settings as tls_settings
+    from api.http.tls import settings as tls_settings
 
     _keep_freed_memory()
     try:

@@ -5,6 +5,10 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import defaultdict
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from engine.accounts.registry import Account
 
 
 class Waiters:
@@ -47,3 +51,9 @@ class Waiters:
             self._events[stream].discard(event)
             if not self._events[stream]:
                 del self._events[stream]
+
+
+class WaitersByAccount(Protocol):
+    """Where a front door finds an account's waiters (the HTTP door's gate holds them for both doors)."""
+
+    def waiters_of(self, account: Account) -> Waiters: ...

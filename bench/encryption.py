@@ -51,7 +51,7 @@ from common import (  # noqa: E402
 )
 
 sys.path.insert(0, str(ROOT))
-from api.binary_batch import MEDIA_TYPE, encode  # noqa: E402
+from api.http.binary_batch import MEDIA_TYPE, encode  # noqa: E402
 
 JETLAKE = Path(sys.prefix) / "bin" / "jetlake"
 KEY = "bench-encryption-key-0123456789abcdef"

@@ -679,7 +679,7 @@ def bench_auth_inproc(rounds: int, per_round: int = 2000) -> dict:
 
     import bcrypt
 
-    from api.app import create_app
+    from api.http.app import create_app
     from api.auth import Authenticator
     from engine.accounts.config import ServerConfig, loads
     from engine.accounts.registry import Accounts

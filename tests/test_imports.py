@@ -50,6 +50,14 @@ def test_the_gateway_does_not_load_spark_at_import() -> None:
         assert not {n for n in names if n.split(".")[0] in {"pyspark", "jobs"}}, f"{path} imports Spark at module level"
 
 
+def test_the_front_doors_do_not_know_each_other() -> None:
+    """api/http/ and api/nats/ share api/auth.py and api/waiters.py and the engine, nothing of each other."""
+    for door, other in (("api/http", "api.nats"), ("api/nats", "api.http")):
+        for path, names in _imports(door).items():
+            bad = {n for n in names if n == other or n.startswith(other + ".")}
+            assert not bad, f"{path} imports {bad}"
+
+
 def _module_graph(folder: str) -> dict[str, set[str]]:
     """Module -> the modules of `folder` it imports, TYPE_CHECKING imports included (a type hint
     pointing up is a circle too: the lower room would know the upper one)."""

@@ -20,7 +20,7 @@ import orjson
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from api.binary_batch import MEDIA_TYPE, encode
+from api.http.binary_batch import MEDIA_TYPE, encode
 from engine.store.layout import Layout
 from engine.store.wal import read_segment
 from tests.gateway import JETLAKE, Gateway

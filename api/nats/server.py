@@ -22,7 +22,7 @@ from api.nats.connection import Connection
 from engine.accounts.config import GLOBAL_ACCOUNT
 
 if TYPE_CHECKING:
-    from api.gate import Gate
+    from api.waiters import WaitersByAccount
     from engine.accounts.registry import Accounts
 
 log = logging.getLogger(__name__)
@@ -54,13 +54,13 @@ class NatsServer:
         self.slow_consumers = 0
         self._next_cid = 0
         self._server: asyncio.AbstractServer | None = None
-        self._gate: Gate | None = None
+        self._gate: WaitersByAccount | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._info: dict[str, Any] = {}
 
     # -- lifecycle ----------------------------------------------------------------------------
 
-    async def start(self, gate: Gate) -> None:
+    async def start(self, gate: WaitersByAccount) -> None:
         """Listens; every account's space is opened now (push consumers deliver from the start)."""
         self.loop = asyncio.get_running_loop()
         self._gate = gate

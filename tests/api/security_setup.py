@@ -2,7 +2,7 @@
 
 Account A holds a stream ORDERS, a consumer `reader`, a KV bucket `cfg`, an object store `media`
 and an erasure; account B holds its own ORDERS and names A has not (BONLY, bcons, bkv, bobj); C has
-no JetStream; SYS is the system account. For every route of api/operations.py, `ROUTE_REQUESTS` says
+no JetStream; SYS is the system account. For every route of api/http/operations.py, `ROUTE_REQUESTS` says
 how to call it on A's resources and which subjects a user must be allowed to publish to (written
 out here, independently of the declaration under test).
 """
@@ -19,7 +19,7 @@ from typing import Any
 import bcrypt
 import httpx
 
-from api.operations import ROUTES
+from api.http.operations import ROUTES
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import httpx
 import orjson
 import pytest
 
-from api.binary_batch import MEDIA_TYPE, encode
+from api.http.binary_batch import MEDIA_TYPE, encode
 from tests.gateway import Gateway
 
 BINARY = {"content-type": MEDIA_TYPE}

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from api.delivered_batch import MEDIA_TYPE, decode
+from api.http.delivered_batch import MEDIA_TYPE, decode
 from tests.gateway import Gateway
 
 NS = 1_000_000_000

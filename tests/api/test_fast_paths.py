@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from api.fast_paths import _match
-from api.routes import consumers, kv, publish, system
+from api.http.fast_paths import _match
+from api.http.routes import consumers, kv, publish, system
 
 
 def _scope(method: str, path: str, query: bytes = b"") -> dict[str, object]:

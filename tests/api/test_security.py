@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from api import operations
-from api.operations import ROUTES
+from api.http import operations
+from api.http.operations import ROUTES
 from tests.api.security_setup import (
     ACCOUNT_ROUTES,
     ROUTE_REQUESTS,
@@ -78,7 +78,7 @@ def assert_api_error(response: httpx.Response, status: int, err_code: int | None
 
 
 def _app_routes() -> list[Any]:
-    from api.app import create_app
+    from api.http.app import create_app
     from api.auth import Authenticator
     from engine.accounts.config import ServerConfig
     from engine.accounts.registry import Accounts

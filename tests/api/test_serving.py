@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from api.cli import _exposure_refusal
-from api.tls import settings as tls_settings
+from api.http.tls import settings as tls_settings
 from engine.accounts.config import TlsConfig
 from tests.api.certs import Authority
 from tests.api.security_setup import basic

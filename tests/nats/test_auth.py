@@ -11,7 +11,7 @@ import asyncio
 from pathlib import Path
 
 from api.auth import Authenticator
-from api.gate import Gate
+from api.http.gate import Gate
 from api.nats.server import NatsServer
 from engine import EngineOptions
 from engine.accounts.config import loads

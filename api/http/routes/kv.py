@@ -6,10 +6,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
-from api import deps
-from api.body import json_object, read_body
-from api.responses import json_response
-from api.sse import watch_response
+from api.http import deps
+from api.http.body import json_object, read_body
+from api.http.responses import json_response
+from api.http.sse import watch_response
 from engine import JetStream, errors
 from engine.info import rfc3339
 from engine.kv import KvEntry, Publisher

@@ -17,7 +17,7 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from api.auth import CertIdentity
-from api.gate import TLS_IDENTITY
+from api.http.gate import TLS_IDENTITY
 from engine.accounts.config import TlsConfig
 
 

@@ -12,11 +12,11 @@ from typing import Protocol
 
 from fastapi import FastAPI
 
-from api import errors
+from api.http import errors
 from api.auth import Authenticator
-from api.fast_paths import FastPaths
-from api.gate import Gate, GateMiddleware
-from api.routes import accounts, consumers, erasures, kv, objects, publish, streams, system
+from api.http.fast_paths import FastPaths
+from api.http.gate import Gate, GateMiddleware
+from api.http.routes import accounts, consumers, erasures, kv, objects, publish, streams, system
 from engine.accounts.config import ConfigError
 from engine.accounts.config import load as load_config
 from engine.accounts.registry import Accounts

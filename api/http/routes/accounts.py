@@ -1,7 +1,7 @@
 """The system account's routes: the accounts, their usage, GDPR erasure and key rotation in any of them.
 
 Only a user of the configured `system_account` reaches these (or anyone on a gateway without a
-config); the account acted on is the one in the path (api/gate.py). Counterpart: the account
+config); the account acted on is the one in the path (api/http/gate.py). Counterpart: the account
 requests nats-server answers on `$SYS.REQ.SERVER.PING.ACCOUNTZ` and `$SYS.REQ.ACCOUNT.<acc>.JSZ`.
 """
 
@@ -12,10 +12,10 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from api import deps
-from api.body import json_object
-from api.responses import json_response
-from api.routes.erasures import erase, parse_request
+from api.http import deps
+from api.http.body import json_object
+from api.http.responses import json_response
+from api.http.routes.erasures import erase, parse_request
 from engine.accounts.registry import Account
 from engine.erasures import registry
 from engine.jetstream import API_LEVEL

@@ -3,7 +3,7 @@
 A single publish, a KV get or put, a pull and an ack are one small request each; FastAPI's router,
 dependency solving and middleware chain cost about as much as the work itself (a bare ASGI answer is
 twice as fast on this kind of machine). This ASGI middleware takes the route the gate matched in
-the one route declaration (api/operations.py, which also holds the permission each route needs) and
+the one route declaration (api/http/operations.py, which also holds the permission each route needs) and
 calls the very same endpoint functions with a Starlette `Request`, so behaviour, parsing, checks and
 errors stay those of the routes; anything else — other routes, a query string it would have to
 parse, a path FastAPI would treat differently — goes to FastAPI unchanged.
@@ -19,13 +19,13 @@ from fastapi import Request
 from fastapi.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api import errors, operations
-from api.gate import ROUTE
-from api.routes import consumers, kv, publish, system
+from api.http import errors, operations
+from api.http.gate import ROUTE
+from api.http.routes import consumers, kv, publish, system
 
 Endpoint = Callable[..., Awaitable[Response]]
 
-# The hot routes of api/operations.py and their endpoints: path and permission come from that table.
+# The hot routes of api/http/operations.py and their endpoints: path and permission come from that table.
 _ENDPOINTS: dict[str, Endpoint] = {
     "publish.raw": publish.publish_raw,
     "publish.batch": publish.publish_batch,
@@ -43,7 +43,7 @@ _DEFAULTED = {kv.get: {"revision": None}}
 def _check_endpoints() -> None:
     for name, endpoint in _ENDPOINTS.items():
         if name not in operations.BY_NAME:
-            raise TypeError(f"fast route {name} is not declared in api/operations.py")
+            raise TypeError(f"fast route {name} is not declared in api/http/operations.py")
         if not inspect.iscoroutinefunction(endpoint):
             raise TypeError(f"{endpoint.__name__} must be async to be answered on the event loop")
 

@@ -9,14 +9,14 @@ grant is satisfied by any one of its subject templates (nats.go reads a KV value
 
 Templates take `{param}` from the path, the query string (with the route's defaults) or, for a
 value only the body holds (a stream's name on create, a batch's subjects), from the route handler
-(`needs`), which then calls the check itself before it may touch the engine (api/deps.py). `{.x}`
+(`needs`), which then calls the check itself before it may touch the engine (api/http/deps.py). `{.x}`
 appends `.value` when x is set; a template naming a param that is None does not apply to that
 request; `{x|b64}` is base64url (an object's name in `$O.<bucket>.M.<name>`). The token `*` inside a
 checked subject stands for a name the client does not choose (an ordered consumer's, a chunk's nuid):
 only a wildcard grant covers it, as a random name would be. The gateway's own routes with no JetStream
 counterpart are mapped to the nearest operation and named `(JetLake)` below.
 
-api/fast_paths.py dispatches the hot routes from this same table, and FastAPI's routes are checked
+api/http/fast_paths.py dispatches the hot routes from this same table, and FastAPI's routes are checked
 against it by a test, so a route cannot exist in one and differ in another.
 """
 

@@ -11,10 +11,10 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
-from api import deps
-from api.body import json_object
-from api.responses import json_response
-from api.sse import watch_response
+from api.http import deps
+from api.http.body import json_object
+from api.http.responses import json_response
+from api.http.sse import watch_response
 from engine import errors
 from engine.objects import DEFAULT_CHUNK_SIZE, ObjectInfo, ObjectWriter, digest_of, damaged
 

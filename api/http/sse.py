@@ -11,7 +11,7 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from api import deps
+from api.http import deps
 
 INIT_DONE = b"event: init_done\ndata: {}\n\n"
 HEARTBEAT = b": heartbeat\n\n"

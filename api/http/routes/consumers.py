@@ -12,10 +12,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from api import delivered_batch, deps
-from api.body import json_object
-from api.operations import ANY
-from api.responses import json_response
+from api.http import delivered_batch, deps
+from api.http.body import json_object
+from api.http.operations import ANY
+from api.http.responses import json_response
 from engine import JetStream, JetStreamError, errors
 from engine.consumer import Delivery
 from engine.consumer_config import ConsumerConfig

@@ -1,4 +1,4 @@
-"""What routes take from the gate: the caller's account's engine and pull waiters (api/gate.py).
+"""What routes take from the gate: the caller's account's engine and pull waiters (api/http/gate.py).
 
 `engine(request)` is the engine of the account the request acts in. A route whose checked subject
 is in its body calls `authorize(request, **values)` first: until then `engine` refuses, so a route
@@ -11,7 +11,7 @@ from typing import Any
 
 from fastapi import Request
 
-from api.gate import ACCESS, Access, Gate
+from api.http.gate import ACCESS, Access, Gate
 from api.waiters import Waiters
 from engine import JetStream
 from engine.accounts.registry import Account
@@ -20,7 +20,7 @@ from engine.accounts.registry import Account
 def access(request: Request) -> Access:
     found: Access | None = request.scope.get(ACCESS)
     if found is None:
-        raise RuntimeError(f"{request.method} {request.url.path} is not in api/operations.py: no account for it")
+        raise RuntimeError(f"{request.method} {request.url.path} is not in api/http/operations.py: no account for it")
     return found
 
 

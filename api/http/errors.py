@@ -14,8 +14,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api import deps
-from api.responses import json_response
+from api.http import deps
+from api.http.responses import json_response
 from engine.errors import ErrorCode, JetStreamError, StreamNotFoundError, invalid_stream_name
 
 log = logging.getLogger(__name__)

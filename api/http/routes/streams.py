@@ -8,9 +8,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
-from api import deps
-from api.body import json_object
-from api.responses import json_response
+from api.http import deps
+from api.http.body import json_object
+from api.http.responses import json_response
 from engine import errors
 from engine.info import parse_rfc3339, stored_message_json
 

@@ -11,10 +11,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
-from api import binary_batch, deps
-from api.body import parse_json, read_body
-from api.errors import error_response
-from api.responses import json_response
+from api.http import binary_batch, deps
+from api.http.body import parse_json, read_body
+from api.http.errors import error_response
+from api.http.responses import json_response
 from engine import AckRun, InboundMessage, JetStreamError, PlainBatch, PubAck, errors
 from engine.messages import PublishResult
 from engine import headers as hdr

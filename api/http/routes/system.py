@@ -15,8 +15,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from api import deps
-from api.responses import json_response
+from api.http import deps
+from api.http.responses import json_response
 from engine import JetStream
 from engine.errors import ErrorCode
 from engine.flusher import FlushResult

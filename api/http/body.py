@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 from fastapi import Request
 
-from api.errors import BodyTooLargeError
+from api.http.errors import BodyTooLargeError
 from engine import errors
 
 

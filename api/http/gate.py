@@ -1,7 +1,7 @@
 """The HTTP door's check: who is asking, which account they act in, and whether the route's NATS operation is allowed.
 
 An ASGI middleware in front of everything else. For each request it finds the route in the one
-declaration (api/operations.py), reads the credentials (`Authorization: Bearer <token>` or
+declaration (api/http/operations.py), reads the credentials (`Authorization: Bearer <token>` or
 `Basic <user:password>`, and the verified client certificate the TLS layer put in the scope), asks
 api/auth.py for the principal, checks the route's subjects against the principal's permissions,
 and hands the route its account (`scope["jetlake.access"]`): every engine a route reaches is the
@@ -23,9 +23,9 @@ from typing import Any
 import pybase64
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api import operations
+from api.http import operations
 from api.auth import AuthError, Authenticator, CertIdentity, Principal
-from api.responses import json_response
+from api.http.responses import json_response
 from api.waiters import Waiters
 from engine.accounts.config import ServerConfig
 from engine.accounts.registry import Account, Accounts
@@ -35,8 +35,8 @@ log = logging.getLogger(__name__)
 CACHE_LIMIT = 10_000
 _MISSING = object()
 ACCESS = "jetlake.access"
-ROUTE = "jetlake.route"  # (route, path parameters) as matched, for api/fast_paths.py
-TLS_IDENTITY = "jetlake.tls_identity"  # set in the scope's TLS extension by api/tls.py
+ROUTE = "jetlake.route"  # (route, path parameters) as matched, for api/http/fast_paths.py
+TLS_IDENTITY = "jetlake.tls_identity"  # set in the scope's TLS extension by api/http/tls.py
 CHALLENGE = [(b"www-authenticate", b'Bearer realm="jetlake", Basic realm="jetlake"')]
 
 
