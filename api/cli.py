@@ -3,7 +3,8 @@
 - `serve` runs the gateway and, unless `--no-scheduler`, the jobs scheduler beside it (a child process);
 - `jobs run retention|erase|compact|all` runs maintenance jobs once;
 - `scheduler` runs them on intervals;
-- `sql "<query>"` queries every stream (and KV bucket) with Spark SQL.
+- `sql "<query>"` queries every stream (and KV bucket) with Spark SQL;
+- `accounts delete` and `keys rotate` are the operator's commands (api/operator_cli.py).
 
 Only the Spark subcommands import pyspark and `jobs`, inside their functions: the gateway never loads
 the JVM.
@@ -32,6 +33,7 @@ import urllib.request
 from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
+from api import operator_cli
 from engine import EngineOptions
 from engine.accounts.config import ConfigError, ServerConfig
 from engine.accounts.config import load as load_config
@@ -590,6 +592,7 @@ def build_parser() -> argparse.ArgumentParser:
     sql.add_argument("--token", default=None,
                      help="bearer token for the gateway's flush (default $JETLAKE_TOKEN); it flushes that user's account")
     sql.set_defaults(func=_sql)
+    operator_cli.add_commands(commands)
     return parser
 
 

@@ -164,13 +164,21 @@ class JetStream:
         if start_flusher:
             self.flusher.start()
 
-    def close(self) -> None:
+    def close(self, flush: bool = True) -> None:
+        """Flushes every stream and releases the warehouse; `flush=False` for an account about to be
+        deleted (engine/accounts/deletion.py), whose logs are not worth committing."""
         self.flusher.stop()
         if self.opened and self.deposed is not None:
             log.error("engine closed without flushing (the logs keep what is unflushed): %s", self.deposed)
             for entry in list(self._streams.values()):
                 entry.stream.store.close()
             self.opened = False
+        if self.opened and not flush:
+            for entry in list(self._streams.values()):
+                entry.stream.store.close()
+            self._owner.release()
+            self.opened = False
+            log.info("engine closed without flushing (its account is being deleted)")
         if self.opened:
             result = self.flusher.flush()
             for entry in list(self._streams.values()):

@@ -245,7 +245,7 @@ class GateMiddleware:
                 gate.deny(own)
                 raise forbidden(operations.subjects(route, params, route.grants[0])[0])
             gate.check(access, route.early, params)
-            if route.system and "account" in params:
+            if route.system and "account" in params and not route.removed:
                 target = gate.accounts.get(params["account"])
                 if target is None:
                     raise account_not_found()

@@ -58,6 +58,7 @@ class Route:
     derive: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     open: bool = False  # no authentication (health)
     system: bool = False  # the system account's route; `{account}` names the account it acts on
+    removed: bool = False  # a system route on an account no longer in the config (its deletion)
     jetstream: bool = True  # needs the account's JetStream (10039 when off)
     many: str | None = None  # a param the handler gives as a list: each value is checked (a batch's subjects)
     regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
@@ -190,6 +191,9 @@ ROUTES: tuple[Route, ...] = (
           (("$SYS.REQ.ACCOUNT.{account}.JSZ",),), system=True),
     Route("accounts.rotate_key", "POST", "/v1/accounts/{account}/streams/{stream}/rotate-key",
           (("$SYS.REQ.ACCOUNT.{account}.KEY.ROTATE.{stream}",),), system=True),
+    # deleting an account that left the config: nats-server's account purge (system account only)
+    Route("accounts.delete", "DELETE", "/v1/accounts/{account}", (("$JS.API.ACCOUNT.PURGE.{account}",),),
+          system=True, jetstream=False, removed=True),
 )
 
 BY_NAME = {route.name: route for route in ROUTES}

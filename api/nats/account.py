@@ -5,7 +5,8 @@ subscribers of that account, and `$JS.API.>` there is that account's JetStream. 
 is that: the subscriptions of the account's connections, the account's engine (engine/accounts/
 registry.py opens one per account with JetStream), and the JetStream API, pulls, pushes, acks and
 writes bound to that engine. A publish goes to every matching subscriber of the account (one member
-per queue group), to the JetStream API when it is `$JS.…`, and to the account's stream that captures
+per queue group), to the JetStream API when it is `$JS.…` (to the operator's requests of api/nats/
+system.py when a system-account user sends them), and to the account's stream that captures
 its subject, if any; a request nobody answered gets the 503 no-responders status when the client
 asked for it. An account without JetStream has core NATS only; its JetStream API requests are
 answered with 10039 (JetStream not enabled for account), as nats-server answers them.
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from api.nats import protocol as p
+from api.nats import system
 from api.nats.errors import error_body
 from api.nats.jsapi import API, TYPE, JetStreamApi, response_kind
 from api.nats.subscriptions import Sublist, Subscription
@@ -82,7 +84,9 @@ class AccountSpace:
         """A client's PUB/HPUB: subscribers, the JetStream API, the capturing stream; else no responders."""
         once = subject.startswith("$JS.ACK.")  # every ack subject is used once: not worth a cache entry
         delivered = self.route(origin, subject_b, subject, reply, hdr, payload, cache=not once)
-        if subject.startswith("$JS."):
+        if subject[:1] == "$" and origin.principal is not None and origin.principal.system and system.handles(subject):
+            delivered = origin.server.system.handle(self, subject, reply, payload) or delivered
+        elif subject.startswith("$JS."):
             if self.js is not None:
                 delivered = self.js.handle(origin, subject, reply, hdr, payload) or delivered
             elif subject.startswith(API):

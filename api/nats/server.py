@@ -19,6 +19,7 @@ from api.auth import Authenticator
 from api.nats import protocol as p
 from api.nats.account import AccountSpace
 from api.nats.connection import Connection
+from api.nats.system import SystemRequests
 from engine.accounts.config import GLOBAL_ACCOUNT
 
 if TYPE_CHECKING:
@@ -49,6 +50,7 @@ class NatsServer:
         self.max_payload = max_payload or accounts.options.max_payload
         self.max_connections = max_connections
         self.spaces: dict[str, AccountSpace] = {}
+        self.system = SystemRequests(accounts)
         self.connections: dict[int, Connection] = {}
         self.server_id = p.server_id()
         self.slow_consumers = 0
@@ -66,6 +68,7 @@ class NatsServer:
         self._gate = gate
         for name in self.accounts.names():
             self.space(name)
+        self.accounts.on_deleted.append(self._deleted_threadsafe)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self.port))
@@ -91,6 +94,8 @@ class NatsServer:
 
     async def stop(self) -> None:
         """Stops accepting, ends deliveries and closes every connection (queued bytes are sent)."""
+        if self._deleted_threadsafe in self.accounts.on_deleted:
+            self.accounts.on_deleted.remove(self._deleted_threadsafe)
         if self._server is not None:
             self._server.close()
         for space in list(self.spaces.values()):
@@ -117,6 +122,22 @@ class NatsServer:
         found = self.spaces[name] = AccountSpace(name, account.engine, self.loop)
         found.start(self._gate.waiters_of(account))
         return found
+
+    def _deleted_threadsafe(self, name: str) -> None:
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self._deleted, name)
+
+    def _deleted(self, name: str) -> None:
+        """An account was deleted: its space stops and its clients still connected are closed."""
+        space = self.spaces.pop(name, None)
+        if space is None:
+            return
+        closed = [conn for conn in list(self.connections.values()) if conn.space is space]
+        for conn in closed:
+            conn.close()
+        assert self.loop is not None
+        self.loop.create_task(space.stop())
+        log.info("account %s deleted: its NATS space stopped, %d client(s) closed", name, len(closed))
 
     def _accept(self) -> Connection:
         self._next_cid += 1

@@ -6,8 +6,10 @@ registry opens an engine for every account whose config enables JetStream and gi
 limits; an account without JetStream has no engine (its requests get 10039). A reload (SIGHUP)
 applies a new config: new accounts are opened, changed limits applied; an account that disappears
 keeps its engine open until the gateway stops (its users are gone, so nothing reaches it), which
-drops no request in flight. Counterpart: the account handling of server/jetstream.go
-(`configAllJetStreamAccounts`, `EnableJetStream`, `UpdateJetStreamLimits`).
+drops no request in flight. An operator then deletes such an account's data (`delete`,
+engine/accounts/deletion.py): its engine closes, its keyring and tree go, and the front doors are told.
+Counterpart: the account handling of server/jetstream.go (`configAllJetStreamAccounts`,
+`EnableJetStream`, `UpdateJetStreamLimits`).
 """
 
 from __future__ import annotations
@@ -15,10 +17,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from engine.accounts.config import AccountConfig, ServerConfig
+from engine.accounts.deletion import account_in_config, check_account_name, delete_account
 from engine.accounts.limits import not_enabled
 from engine.clock import Clock
 from engine.encryption import master_keys
@@ -65,6 +70,7 @@ class Accounts:
         self.backlog = Backlog(options.max_unflushed_bytes, options.max_unflushed_total)
         self._accounts: dict[str, Account] = {}
         self._lock = threading.Lock()
+        self.on_deleted: list[Callable[[str], None]] = []  # front doors drop the account's clients (any thread)
 
     def open(self, start_flusher: bool = True) -> None:
         """Opens an engine per JetStream account; on a failure the ones opened are closed again."""
@@ -134,6 +140,25 @@ class Accounts:
             changes += [f"account {n} removed (its data is kept)" for n in self._accounts if n not in config.accounts and n in self.config.accounts]
             self.config = config
         return changes
+
+    def delete(self, name: str) -> dict[str, Any]:
+        """Deletes an account that left the config: its engine (still open since the reload that removed
+        it) closes without flushing, then its keyring and data go; returns the deletion's receipt.
+
+        Raises:
+            JetStreamError: 409 while the config has the account or another gateway owns it; 404 when
+                the warehouse holds nothing of it.
+        """
+        with self._lock:
+            if check_account_name(name) in self.config.accounts:
+                raise account_in_config(name)
+            removed = self._accounts.pop(name, None)
+            if removed is not None and removed.engine is not None:
+                removed.engine.close(flush=False)
+            receipt = delete_account(self.warehouse, name, self.options.wal_dir, self.clock)
+        for listener in list(self.on_deleted):
+            listener(name)
+        return receipt
 
     def close(self) -> None:
         for account in list(self._accounts.values()):

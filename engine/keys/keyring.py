@@ -114,13 +114,7 @@ class Keyring:
     def destroy(self) -> None:
         """The account is deleted: every file of its keyring is zeroed and removed."""
         with self._lock:
-            with keyfile.locked(self.folder):
-                for path in sorted(self.folder.iterdir()):
-                    if path.name != keyfile.LOCK_NAME and path.is_file():
-                        keyfile.scrub(path)
-            (self.folder / keyfile.LOCK_NAME).unlink(missing_ok=True)
-            self.folder.rmdir()
-            keyfile.fsync_folder(self.folder.parent)
+            destroy_keyring(self.folder)
             for keys in self._streams.values():
                 keys.mark_destroyed()
             self._streams.clear()
@@ -134,6 +128,36 @@ class Keyring:
                 raise KeyringCorruptError(f"{path} is damaged or was tampered with")
             keyfile.write_header(path, dataclasses.replace(header, writers=header.writers + 1), self._keys.mac_key)
             return header.writers
+
+
+def destroy_keyring(folder: Path) -> KeyringDestroyed:
+    """Zeroes and removes every file of an account's keyring, header and salt included, without its
+    master key (an account deleted after its key left the config): from then on no key derives
+    anything that opens the account's values. Nothing when there is no keyring.
+
+    Returns what went: the files and their bytes (wrapped keys and the header).
+    """
+    if not folder.is_dir():
+        return KeyringDestroyed(0, 0)
+    files = size = 0
+    with keyfile.locked(folder):
+        for path in sorted(folder.iterdir()):
+            if path.name != keyfile.LOCK_NAME and path.is_file():
+                files += 1
+                size += path.stat().st_size
+                keyfile.scrub(path)
+    (folder / keyfile.LOCK_NAME).unlink(missing_ok=True)
+    folder.rmdir()
+    keyfile.fsync_folder(folder.parent)
+    return KeyringDestroyed(files, size)
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyringDestroyed:
+    """What `destroy_keyring` removed."""
+
+    files: int
+    bytes: int
 
 
 def _create(folder: Path, account: str, master: MasterKey, clock: Clock) -> AccountKeys:

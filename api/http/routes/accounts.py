@@ -1,4 +1,5 @@
-"""The system account's routes: the accounts, their usage, GDPR erasure and key rotation in any of them.
+"""The system account's routes: the accounts, their usage, GDPR erasure and key rotation in any of them,
+and the deletion of an account that left the config.
 
 Only a user of the configured `system_account` reaches these (or anyone on a gateway without a
 config); the account acted on is the one in the path (api/http/gate.py). Counterpart: the account
@@ -11,6 +12,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
 
 from api.http import deps
 from api.http.body import json_object
@@ -60,3 +62,12 @@ def rotate_key(request: Request, account: str, stream: str) -> Response:
     """A new key epoch for an encrypted stream's new writes, at once (docs/encryption.md); the
     compaction job with the keyring re-encrypts the older values and then destroys the older keys."""
     return json_response({"stream": stream, "epoch": deps.engine(request).rotate_key(stream)})
+
+
+@router.delete("/{account}")
+async def delete_account(request: Request, account: str) -> Response:
+    """Deletes an account the config no longer has (docs/encryption.md): its keyring first, so every
+    stored byte is unreadable at once, then its tables, configs and logs; answers the receipt."""
+    accounts = deps.gate(request).accounts
+    receipt = await run_in_threadpool(accounts.delete, account)
+    return json_response({"initiated": True, "receipt": receipt})
