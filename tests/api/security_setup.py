@@ -145,6 +145,8 @@ ROUTE_REQUESTS: dict[str, RouteRequest] = {
     "accounts.rotate_key": RouteRequest(  # account A has no key: the allowed call reaches the engine's 400
         Call("POST", "/v1/accounts/A/streams/ORDERS/rotate-key", ok=frozenset({400})),
         ("$SYS.REQ.ACCOUNT.A.KEY.ROTATE.ORDERS",)),
+    "accounts.delete": RouteRequest(  # A is in the config: the allowed call reaches the registry's 409
+        Call("DELETE", "/v1/accounts/A", ok=frozenset({409})), ("$JS.API.ACCOUNT.PURGE.A",)),
 }
 SYSTEM_ROUTES = {r.name for r in ROUTES if r.system}
 ACCOUNT_ROUTES = [r.name for r in ROUTES if not r.open and not r.system]
