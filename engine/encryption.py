@@ -1,7 +1,8 @@
 """Encryption at rest as one account's engine uses it: the keyring at start, and which streams are sealed.
 
 With a master key (`jetstream { key, cipher }` of the server or the account, or $JETLAKE_KEY), the
-account's keyring (engine/keys/) is opened before any stream is recovered: the wrong key refuses the
+account's keyring (engine/keys/; in the warehouse under `<account>/_system/keys/`, a local folder or
+objects of an s3:// warehouse's store) is opened before any stream is recovered: the wrong key refuses the
 start with a message that says so, and nothing is written. An account whose keyring exists refuses
 to start without a key. Every file stream made while a key is given is encrypted (engine/store/sealed.py);
 its record says so (`encryption: {key_tokens}`), so it is opened sealed on every later start. A
@@ -23,7 +24,9 @@ from engine import errors
 from engine.accounts.config import AccountConfig, JetStreamConfig
 from engine.clock import Clock
 from engine.config import StreamConfig
-from engine.keys import Keyring, MasterKey, MissingMasterKeyError, key_prefix_of_filter, keyring_folder
+from engine.keys import Keyring, KeyringCorruptError, MasterKey, MissingMasterKeyError, key_prefix_of_filter, keyring_folder
+from engine.keys import keyfile
+from engine.keys.storage import KeyringFiles, LocalKeyringFiles, ObjectKeyringFiles
 from engine.keys.master import KEY_ENV
 from engine.store.layout import Layout
 from engine.store.sealed import Sealer
@@ -56,6 +59,21 @@ def master_keys(server: JetStreamConfig, account: AccountConfig,
     return MasterKey.from_config(key, cipher), previous
 
 
+def keyring_files(layout: Layout) -> KeyringFiles:
+    """Where the account's keyring lives: `<account>/_system/keys/` of the warehouse, a local folder (its
+    files fsynced and zeroed when replaced) or objects of an s3:// warehouse's store (every gateway and
+    job on the bucket finds it)."""
+    if layout.location.root is not None:
+        return LocalKeyringFiles(keyring_folder(layout.location.root / layout.account))
+    return ObjectKeyringFiles(layout.objects, layout.key("_system", "keys"))
+
+
+def legacy_keyring(layout: Layout) -> LocalKeyringFiles | None:
+    """Where an s3:// warehouse's keyring was kept before it moved into the bucket: the gateway's local
+    `--wal-dir` folder. None for a local warehouse."""
+    return None if layout.location.root is not None else LocalKeyringFiles(keyring_folder(layout.wal_dir_root))
+
+
 def open_keyring(layout: Layout, master: MasterKey | None, previous: MasterKey | None, clock: Clock) -> Keyring | None:
     """The account's keyring, or None when it has no key and no keyring.
 
@@ -63,16 +81,36 @@ def open_keyring(layout: Layout, master: MasterKey | None, previous: MasterKey |
         MissingMasterKeyError: the account has a keyring and no key was given; nothing was written.
         WrongMasterKeyError, KeyringCorruptError: from `Keyring.open`; nothing was written.
     """
-    folder = keyring_folder(layout.root)
+    files = keyring_files(layout)
+    _move_legacy_keyring(layout, files)
     if master is None:
-        if Keyring.exists(folder):
+        if Keyring.exists(files):
             raise MissingMasterKeyError(
-                f"account {layout.account!r} is encrypted ({folder}) and no key was given: set `jetstream {{ key }}` "
+                f"account {layout.account!r} is encrypted ({files.where}) and no key was given: set `jetstream {{ key }}` "
                 f"in the config or ${KEY_ENV}; nothing was changed")
         return None
-    keyring = Keyring.open(folder, layout.account, master, previous=previous, clock=clock)
-    log.info("account %s: encryption at rest on (keyring %s, key wrapping %s)", layout.account, folder, master.cipher)
+    keyring = Keyring.open(files, layout.account, master, previous=previous, clock=clock)
+    log.info("account %s: encryption at rest on (keyring %s, key wrapping %s)", layout.account, files.where, master.cipher)
     return keyring
+
+
+def _move_legacy_keyring(layout: Layout, files: KeyringFiles) -> None:
+    """An s3:// warehouse's keyring left on the gateway's disk by an earlier version moves into the
+    bucket (stream key files first, the header last: it is what makes the keyring exist), then its
+    local files are zeroed and removed. Nothing is changed when the bucket already has a keyring."""
+    legacy = legacy_keyring(layout)
+    if legacy is None or not legacy.exists(keyfile.HEADER_NAME):
+        return
+    with legacy.locked(), files.locked():
+        if files.exists(keyfile.HEADER_NAME):
+            raise KeyringCorruptError(
+                f"account {layout.account!r} has a keyring in the warehouse ({files.where}) and another on this "
+                f"gateway's disk ({legacy.where}): remove the one that is not in use; nothing was changed")
+        names = legacy.names()
+        for name in sorted(names, key=lambda n: n == keyfile.HEADER_NAME):
+            files.replace(name, legacy.read(name))
+    moved = legacy.destroy()
+    log.info("account %s: keyring moved from %s into the warehouse (%d files)", layout.account, legacy.where, moved.files)
 
 
 def key_tokens(config: StreamConfig) -> int:
@@ -120,10 +158,10 @@ def existing_keyring(layout: Layout, master: MasterKey | None) -> Keyring | None
     Raises:
         WrongMasterKeyError, KeyringCorruptError: from `Keyring.open`; nothing was written.
     """
-    folder = keyring_folder(layout.root)
-    if master is None or not Keyring.exists(folder):
+    files = keyring_files(layout)
+    if master is None or not Keyring.exists(files):
         return None
-    return Keyring.open(folder, layout.account, master)
+    return Keyring.open(files, layout.account, master)
 
 
 def shred(stream: Stream, filter_: str) -> dict[str, Any] | None:

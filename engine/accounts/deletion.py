@@ -24,7 +24,7 @@ from typing import Any
 
 from engine.clock import Clock, SystemClock
 from engine.errors import ErrorCode, JetStreamError
-from engine.keys.keyring import destroy_keyring, keyring_folder
+from engine.encryption import keyring_files, legacy_keyring
 from engine.store.lease import OwnerLock, OwnerLockedError
 from engine.store.layout import Layout
 from engine.store.objectstore import WarehouseLocation
@@ -69,11 +69,11 @@ def delete_account(warehouse: str | Path | WarehouseLocation, account: str, wal_
     layout = Layout(warehouse, check_account_name(account), wal_dir)
     requested = clock.now_ns()
     objects = layout.objects
-    keyring = keyring_folder(layout.root)
-    keyring_key = layout.key(SYSTEM_FOLDER, "keys") + "/"  # on a local warehouse the keyring is in the tree
+    keyrings = [files for files in (keyring_files(layout), legacy_keyring(layout)) if files is not None]
+    keyring_key = layout.key(SYSTEM_FOLDER, "keys") + "/"  # the keyring is counted apart
     found = [meta for meta in objects.list(account) if not meta.key.startswith(keyring_key)]
     logs = _local_logs(layout)
-    if not found and not keyring.is_dir() and logs is None:
+    if not found and not any(files.names() for files in keyrings) and logs is None:
         raise JetStreamError(404, ErrorCode.NONE, f"account {account} has no data in the warehouse {layout.location.uri()}")
     owner = OwnerLock(layout)
     try:
@@ -81,7 +81,7 @@ def delete_account(warehouse: str | Path | WarehouseLocation, account: str, wal_
     except OwnerLockedError as exc:
         raise JetStreamError(409, ErrorCode.NONE, f"account {account} cannot be deleted now: {exc}") from None
     try:
-        destroyed = destroy_keyring(keyring)
+        destroyed = [files.destroy() for files in keyrings]
         keys_destroyed = clock.now_ns()
         streams = _stream_names(layout, [meta.key for meta in found])
         _delete_all_but_owner_lease(layout)
@@ -92,9 +92,9 @@ def delete_account(warehouse: str | Path | WarehouseLocation, account: str, wal_
     receipt = {
         "account": account,
         "requested": requested,
-        "keyring_destroyed": keys_destroyed if destroyed.files else None,
-        "keyring_files": destroyed.files,
-        "keyring_bytes": destroyed.bytes,
+        "keyring_destroyed": keys_destroyed if sum(d.files for d in destroyed) else None,
+        "keyring_files": sum(d.files for d in destroyed),
+        "keyring_bytes": sum(d.bytes for d in destroyed),
         "streams": streams,
         "objects_deleted": len(found),
         "bytes_deleted": sum(meta.size for meta in found),
@@ -102,8 +102,8 @@ def delete_account(warehouse: str | Path | WarehouseLocation, account: str, wal_
         "completed": clock.now_ns(),
     }
     log.info("account %s deleted: keyring %s (%d files), %d streams, %d objects (%d bytes) of the warehouse, "
-             "%d local log files", account, "destroyed" if destroyed.files else "absent (plain account)",
-             destroyed.files, len(streams), len(found), receipt["bytes_deleted"], log_files)
+             "%d local log files", account, "destroyed" if receipt["keyring_files"] else "absent (plain account)",
+             receipt["keyring_files"], len(streams), len(found), receipt["bytes_deleted"], log_files)
     return receipt
 
 

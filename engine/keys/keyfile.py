@@ -3,8 +3,10 @@
 ```
 <warehouse>/<account>/_system/keys/keyring.json     the account's header (JSON)
 <warehouse>/<account>/_system/keys/<stream id>.keys  one stream's keys (records)
-<warehouse>/<account>/_system/keys/.lock             taken (flock) by every change
+<warehouse>/<account>/_system/keys/.lock             taken (flock; a lease object on S3) by every change
 ```
+On an s3:// warehouse these are objects of the warehouse's store (storage.py); what follows on
+fsyncs, renames and zeroing is the local folder's.
 The header holds the KDF salt, the cipher that wraps the data keys, a check value (a constant sealed
 with the key-encryption key: the wrong master key fails it before anything is written), the number of
 nonce writers handed out, and a MAC over all of it.
@@ -120,16 +122,22 @@ def header_mac(mac_key: bytes, header: Header) -> bytes:
     return hmac.digest(mac_key, json.dumps(header.fields(), sort_keys=True).encode(), "sha256")
 
 
-def write_header(path: Path, header: Header, mac_key: bytes) -> None:
-    """Replaces the header file, with its MAC."""
+def encode_header(header: Header, mac_key: bytes) -> bytes:
+    """The header file's bytes, with its MAC."""
     fields = {**header.fields(), "mac": _b64(header_mac(mac_key, header))}
-    replace_durably(path, json.dumps(fields, indent=1, sort_keys=True).encode() + b"\n")
+    return json.dumps(fields, indent=1, sort_keys=True).encode() + b"\n"
 
 
 def decode_header(path: Path) -> tuple[Header, bytes]:
-    """The header and its stored MAC; raises KeyringCorruptError when it does not parse."""
+    """The header file's header and its stored MAC; raises KeyringCorruptError when it does not parse."""
+    return parse_header(path.read_bytes(), str(path))
+
+
+def parse_header(data: bytes, where: str) -> tuple[Header, bytes]:
+    """The header and its stored MAC from the file's bytes (`where` names it in errors)."""
+    path = where
     try:
-        raw = json.loads(path.read_bytes())
+        raw = json.loads(data)
         if raw["format"] != FORMAT or raw["version"] != FORMAT_VERSION or raw["kdf"] != KDF:
             raise ValueError(f"format {raw['format']} {raw['version']} ({raw['kdf']}) is not this version's")
         if raw["cipher"] not in CIPHERS:
@@ -169,7 +177,12 @@ def encode_stream_file(mac_key: bytes, stream_id: str, state: StreamFile) -> byt
 
 def read_stream_file(path: Path, mac_key: bytes, stream_id: str, start: StreamFile | None = None) -> StreamFile:
     """Reads a stream's key file (from `start.size` on, to pick up what another process appended)."""
-    data = path.read_bytes()
+    return parse_stream_file(path.read_bytes(), str(path), mac_key, stream_id, start)
+
+
+def parse_stream_file(data: bytes, path: str, mac_key: bytes, stream_id: str,
+                      start: StreamFile | None = None) -> StreamFile:
+    """A stream's key file from its bytes (`path` names it in errors), its records from `start.size` on."""
     state = start or StreamFile()
     if data[: len(MAGIC)] != MAGIC:
         raise KeyringCorruptError(f"{path} is not a keyring file")
@@ -259,7 +272,7 @@ def file_identity(path: Path) -> tuple[int, int]:
     return st.st_ino, st.st_size
 
 
-def _apply(state: StreamFile, kind: int, body: bytes, path: Path, offset: int) -> None:
+def _apply(state: StreamFile, kind: int, body: bytes, path: str, offset: int) -> None:
     if kind == EPOCH and len(body) == _EPOCH.size:
         state.epoch = _EPOCH.unpack(body)[0]
     elif kind == KEY and len(body) > _KEY.size:

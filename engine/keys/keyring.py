@@ -13,7 +13,9 @@ new stream files are written beside the old (`.keys.new`), the new header is the
 start after a crash finishes or discards the switch by whether the `.new` files open under the header.
 
 Deleting a stream destroys its key file; deleting an account destroys the whole keyring, header and
-salt included, so even the master key no longer derives anything that opens its values.
+salt included, so even the master key no longer derives anything that opens its values. The files
+are a local folder or objects of the warehouse's store (storage.py: a keyring on S3 is shared by every
+gateway and job on the bucket); a `Path` given to `open` is a local folder.
 Counterpart: server/jetstream.go (`jsKeyGen`, `decryptMeta`, the `prev_encryption_key` conversion).
 """
 
@@ -30,10 +32,11 @@ from cryptography.exceptions import InvalidTag
 
 from engine.clock import Clock, SystemClock
 from engine.keys import keyfile
-from engine.keys.errors import KeyringCorruptError, WrongMasterKeyError
+from engine.keys.errors import KeyDestroyedError, KeyringCorruptError, WrongMasterKeyError
 from engine.keys.keyfile import HEADER_NAME, NEW_SUFFIX, STREAM_SUFFIX, TMP_SUFFIX, Header
 from engine.keys.master import KEY_ENV, AccountKeys, MasterKey
 from engine.keys.nonces import NonceSource
+from engine.keys.storage import KeyringDestroyed, KeyringFiles, LocalKeyringFiles
 from engine.keys.stream_keys import StreamKeys
 
 SALT_SIZE = 16
@@ -41,60 +44,70 @@ CHECK = b"jetlake keyring check v1"
 
 
 def keyring_folder(account_root: Path) -> Path:
-    """Where an account's keyring lives: `<warehouse>/<account>/_system/keys`."""
+    """Where a local account's keyring lives: `<warehouse>/<account>/_system/keys`."""
     return account_root / "_system" / "keys"
+
+
+def _files(where: Path | KeyringFiles) -> KeyringFiles:
+    return LocalKeyringFiles(where) if isinstance(where, Path) else where
 
 
 class Keyring:
     """The keys of one account. Thread-safe; one per account per process."""
 
-    def __init__(self, folder: Path, account: str, keys: AccountKeys, clock: Clock) -> None:
-        self.folder = folder
+    def __init__(self, files: KeyringFiles, account: str, keys: AccountKeys, clock: Clock) -> None:
+        self.files = files
         self.account = account
         self._keys = keys
         self._clock = clock
         self._lock = threading.Lock()
         self._streams: dict[str, StreamKeys] = {}
+        self._destroyed = False
         self.nonces = NonceSource(self._allocate_writer)
 
     @classmethod
-    def open(cls, folder: Path, account: str, master: MasterKey, *, previous: MasterKey | None = None,
+    def open(cls, where: Path | KeyringFiles, account: str, master: MasterKey, *, previous: MasterKey | None = None,
              clock: Clock | None = None) -> Keyring:
-        """Opens the account's keyring, creating it on the first start with a key.
+        """Opens the account's keyring (a local folder, or `KeyringFiles`), creating it on the first start
+        with a key.
 
         Raises:
             WrongMasterKeyError: neither `master` nor `previous` opens it; nothing was written.
             KeyringCorruptError: a keyring file is damaged or tampered with; nothing was written.
         """
         clock = clock or SystemClock()
-        path = folder / HEADER_NAME
-        if not path.exists():
-            return cls(folder, account, _create(folder, account, master, clock), clock)
-        header, mac = keyfile.decode_header(path)
+        files = _files(where)
+        try:
+            header, mac = _read_header(files)
+        except FileNotFoundError:
+            return cls(files, account, _create(files, account, master, clock), clock)
+        where_header = files.describe(HEADER_NAME)
         if header.account != account:
-            raise KeyringCorruptError(f"{path} is the keyring of account {header.account!r}, not {account!r}")
-        keys = _unlock(header, mac, master, path)
-        if keys is None and previous is not None and _unlock(header, mac, previous, path) is not None:
-            keys = _rekey(folder, previous, master)
+            raise KeyringCorruptError(f"{where_header} is the keyring of account {header.account!r}, not {account!r}")
+        keys = _unlock(header, mac, master, where_header)
+        if keys is None and previous is not None and _unlock(header, mac, previous, where_header) is not None:
+            keys = _rekey(files, previous, master)
         elif keys is not None and keys.kek.cipher != master.cipher:
-            keys = _rekey(folder, master, master)
+            keys = _rekey(files, master, master)
         if keys is None:
-            raise WrongMasterKeyError(_wrong_key_message(path, header))
-        with keyfile.locked(folder):
-            _finish_or_discard(folder, keys)
-        return cls(folder, account, keys, clock)
+            raise WrongMasterKeyError(_wrong_key_message(where_header, header))
+        with files.locked():
+            _finish_or_discard(files, keys)
+        return cls(files, account, keys, clock)
 
     @staticmethod
-    def exists(folder: Path) -> bool:
+    def exists(where: Path | KeyringFiles) -> bool:
         """Whether the account has a keyring: then it must not start without its key."""
-        return (folder / HEADER_NAME).exists()
+        return _files(where).exists(HEADER_NAME)
 
     def stream(self, stream_id: str, key_tokens: int = 0) -> StreamKeys:
         """The keys of a stream (by its id), created on first use; `key_tokens` as the stream declares."""
         with self._lock:
+            if self._destroyed:
+                raise KeyDestroyedError(0)
             keys = self._streams.get(stream_id)
             if keys is None:
-                keys = StreamKeys(self.account, self.folder, self._keys, self.nonces, self._clock, stream_id)
+                keys = StreamKeys(self.account, self.files, self._keys, self.nonces, self._clock, stream_id)
                 self._streams[stream_id] = keys
             keys.key_tokens = key_tokens
             return keys
@@ -103,77 +116,70 @@ class Keyring:
         """The stream is deleted: its key file goes, and every value it protected is erased."""
         if not keyfile.is_stream_id(stream_id):
             raise ValueError(f"not a stream id: {stream_id!r}")
-        with self._lock, keyfile.locked(self.folder):
-            path = self.folder / f"{stream_id}{STREAM_SUFFIX}"
-            for leftover in (path, _sibling(path, TMP_SUFFIX), _sibling(path, NEW_SUFFIX)):
-                keyfile.scrub(leftover)
+        with self._lock, self.files.locked():
+            name = f"{stream_id}{STREAM_SUFFIX}"
+            for leftover in (name, name + TMP_SUFFIX, name + NEW_SUFFIX):
+                self.files.scrub(leftover)
             keys = self._streams.pop(stream_id, None)
             if keys is not None:
                 keys.mark_destroyed()
 
-    def destroy(self) -> None:
-        """The account is deleted: every file of its keyring is zeroed and removed."""
+    def destroy(self) -> KeyringDestroyed:
+        """The account is deleted: every file of its keyring is zeroed (where the storage can) and removed."""
         with self._lock:
-            destroy_keyring(self.folder)
+            destroyed = self.files.destroy()
+            self._destroyed = True
             for keys in self._streams.values():
                 keys.mark_destroyed()
             self._streams.clear()
+            return destroyed
 
     def _allocate_writer(self) -> int:
         """A nonce writer id no process ever had: counted in the header, durable before its use."""
-        path = self.folder / HEADER_NAME
-        with keyfile.locked(self.folder):
-            header, mac = keyfile.decode_header(path)
+        with self.files.locked():
+            header, mac = _read_header(self.files)
             if not hmac.compare_digest(keyfile.header_mac(self._keys.mac_key, header), mac):
-                raise KeyringCorruptError(f"{path} is damaged or was tampered with")
-            keyfile.write_header(path, dataclasses.replace(header, writers=header.writers + 1), self._keys.mac_key)
+                raise KeyringCorruptError(f"{self.files.describe(HEADER_NAME)} is damaged or was tampered with")
+            _write_header(self.files, dataclasses.replace(header, writers=header.writers + 1), self._keys.mac_key)
             return header.writers
 
 
-def destroy_keyring(folder: Path) -> KeyringDestroyed:
-    """Zeroes and removes every file of an account's keyring, header and salt included, without its
-    master key (an account deleted after its key left the config): from then on no key derives
-    anything that opens the account's values. Nothing when there is no keyring.
-
-    Returns what went: the files and their bytes (wrapped keys and the header).
-    """
-    if not folder.is_dir():
-        return KeyringDestroyed(0, 0)
-    files = size = 0
-    with keyfile.locked(folder):
-        for path in sorted(folder.iterdir()):
-            if path.name != keyfile.LOCK_NAME and path.is_file():
-                files += 1
-                size += path.stat().st_size
-                keyfile.scrub(path)
-    (folder / keyfile.LOCK_NAME).unlink(missing_ok=True)
-    folder.rmdir()
-    keyfile.fsync_folder(folder.parent)
-    return KeyringDestroyed(files, size)
+def destroy_keyring(where: Path | KeyringFiles) -> KeyringDestroyed:
+    """Removes every file of an account's keyring, header and salt included, without its master key (an
+    account deleted after its key left the config): from then on no key derives anything that opens
+    the account's values. Nothing when there is no keyring."""
+    return _files(where).destroy()
 
 
-@dataclasses.dataclass(frozen=True)
-class KeyringDestroyed:
-    """What `destroy_keyring` removed."""
-
-    files: int
-    bytes: int
+def _read_header(files: KeyringFiles) -> tuple[Header, bytes]:
+    """The header and its MAC. Raises FileNotFoundError when the account has no keyring."""
+    return keyfile.parse_header(files.read(HEADER_NAME), files.describe(HEADER_NAME))
 
 
-def _create(folder: Path, account: str, master: MasterKey, clock: Clock) -> AccountKeys:
-    with keyfile.locked(folder):
-        path = folder / HEADER_NAME
-        if path.exists():  # another process created it meanwhile
-            header, mac = keyfile.decode_header(path)
-            keys = _unlock(header, mac, master, path)
+def _write_header(files: KeyringFiles, header: Header, mac_key: bytes) -> None:
+    files.replace(HEADER_NAME, keyfile.encode_header(header, mac_key))
+
+
+def _read_stream(files: KeyringFiles, name: str, mac_key: bytes, stream_id: str) -> keyfile.StreamFile:
+    return keyfile.parse_stream_file(files.read(name), files.describe(name), mac_key, stream_id)
+
+
+def _create(files: KeyringFiles, account: str, master: MasterKey, clock: Clock) -> AccountKeys:
+    with files.locked():
+        try:
+            header, mac = _read_header(files)  # another process created it meanwhile
+        except FileNotFoundError:
+            pass
+        else:
+            keys = _unlock(header, mac, master, files.describe(HEADER_NAME))
             if keys is None:
-                raise WrongMasterKeyError(_wrong_key_message(path, header))
+                raise WrongMasterKeyError(_wrong_key_message(files.describe(HEADER_NAME), header))
             return keys
-        if any(folder.glob(f"*{STREAM_SUFFIX}")):
+        if any(name.endswith(STREAM_SUFFIX) for name in files.names()):
             raise KeyringCorruptError(
-                f"{folder} holds stream keys but no {HEADER_NAME}: refusing to start a new keyring over them")
+                f"{files.where} holds stream keys but no {HEADER_NAME}: refusing to start a new keyring over them")
         header, keys = _new_header(account, master, 0, clock.now_ns())
-        keyfile.write_header(path, header, keys.mac_key)
+        _write_header(files, header, keys.mac_key)
         return keys
 
 
@@ -184,7 +190,7 @@ def _new_header(account: str, master: MasterKey, writers: int, created_ns: int) 
     return Header(account, master.cipher, salt, check, writers, created_ns), keys
 
 
-def _unlock(header: Header, mac: bytes, master: MasterKey, path: Path) -> AccountKeys | None:
+def _unlock(header: Header, mac: bytes, master: MasterKey, where: str) -> AccountKeys | None:
     """The account's keys if `master` opens the header (None when it does not); checks the header's MAC."""
     keys = MasterKey(master.secret, header.cipher).account_keys(header.account, header.salt)
     try:
@@ -193,69 +199,66 @@ def _unlock(header: Header, mac: bytes, master: MasterKey, path: Path) -> Accoun
     except InvalidTag:
         return None
     if not hmac.compare_digest(keyfile.header_mac(keys.mac_key, header), mac):
-        raise KeyringCorruptError(f"{path} is damaged or was tampered with (its MAC fails under the right key)")
+        raise KeyringCorruptError(f"{where} is damaged or was tampered with (its MAC fails under the right key)")
     return keys
 
 
-def _rekey(folder: Path, previous: MasterKey, master: MasterKey) -> AccountKeys:
+def _rekey(files: KeyringFiles, previous: MasterKey, master: MasterKey) -> AccountKeys:
     """Re-wraps every key under `master` (a new key, or a new cipher); the header write commits."""
-    header_path = folder / HEADER_NAME
-    with keyfile.locked(folder):
-        header, mac = keyfile.decode_header(header_path)  # again: another process may have switched meanwhile
-        done = _unlock(header, mac, master, header_path)
+    where_header = files.describe(HEADER_NAME)
+    with files.locked():
+        header, mac = _read_header(files)  # again: another process may have switched meanwhile
+        done = _unlock(header, mac, master, where_header)
         if done is not None and done.kek.cipher == master.cipher:
             return done
-        old = done or _unlock(header, mac, previous, header_path)
+        old = done or _unlock(header, mac, previous, where_header)
         if old is None:
-            raise WrongMasterKeyError(_wrong_key_message(header_path, header))
-        _finish_or_discard(folder, old)
+            raise WrongMasterKeyError(_wrong_key_message(where_header, header))
+        _finish_or_discard(files, old)
         new_header, new = _new_header(header.account, master, header.writers, header.created_ns)
-        rewritten: dict[Path, bytes] = {}
-        for path in sorted(folder.glob(f"*{STREAM_SUFFIX}")):
-            stream_id = path.name[: -len(STREAM_SUFFIX)]
-            state = keyfile.read_stream_file(path, old.mac_key, stream_id)
+        rewritten: dict[str, bytes] = {}
+        for name in [n for n in files.names() if n.endswith(STREAM_SUFFIX)]:
+            stream_id = name[: -len(STREAM_SUFFIX)]
+            state = _read_stream(files, name, old.mac_key, stream_id)
             for key_id, record in state.keys.items():
                 aad = keyfile.key_aad(header.account, stream_id, record)
                 try:
                     plain = old.kek.unwrap(record.wrapped, aad)
                 except InvalidTag:
-                    raise KeyringCorruptError(f"{path}: key {key_id} does not unwrap (tampered)") from None
+                    raise KeyringCorruptError(f"{files.describe(name)}: key {key_id} does not unwrap (tampered)") from None
                 state.keys[key_id] = dataclasses.replace(record, wrapped=new.kek.wrap(plain, aad))
-            rewritten[path] = keyfile.encode_stream_file(new.mac_key, stream_id, state)
-            keyfile.replace_durably(_sibling(path, NEW_SUFFIX), rewritten[path])
-        keyfile.write_header(header_path, new_header, new.mac_key)
-        for path, data in rewritten.items():
-            keyfile.replace_durably(path, data)
-            keyfile.scrub(_sibling(path, NEW_SUFFIX))
+            rewritten[name] = keyfile.encode_stream_file(new.mac_key, stream_id, state)
+            files.replace(name + NEW_SUFFIX, rewritten[name])
+        _write_header(files, new_header, new.mac_key)
+        for name, data in rewritten.items():
+            files.replace(name, data)
+            files.scrub(name + NEW_SUFFIX)
         return new
 
 
-def _finish_or_discard(folder: Path, keys: AccountKeys) -> None:
+def _finish_or_discard(files: KeyringFiles, keys: AccountKeys) -> None:
     """After a crash: a `.keys.new` that opens under the header's keys was committed, so it replaces
     its file; any other is an unfinished switch and goes, as do stale `.tmp` files."""
-    for leftover in sorted(folder.glob(f"*{TMP_SUFFIX}")):
-        keyfile.scrub(leftover)
-    for new in sorted(folder.glob(f"*{STREAM_SUFFIX}{NEW_SUFFIX}")):
-        path = new.with_name(new.name[: -len(NEW_SUFFIX)])
-        stream_id = path.name[: -len(STREAM_SUFFIX)]
+    names = files.names()
+    for leftover in [n for n in names if n.endswith(TMP_SUFFIX)]:
+        files.scrub(leftover)
+    for new in [n for n in names if n.endswith(STREAM_SUFFIX + NEW_SUFFIX)]:
+        name = new[: -len(NEW_SUFFIX)]
+        stream_id = name[: -len(STREAM_SUFFIX)]
         try:
-            keyfile.read_stream_file(new, keys.mac_key, stream_id)
+            _read_stream(files, new, keys.mac_key, stream_id)
         except KeyringCorruptError:
-            keyfile.scrub(new)
+            files.scrub(new)
             continue
-        keyfile.replace_durably(path, new.read_bytes())
-        keyfile.scrub(new)
-
-
-def _sibling(path: Path, suffix: str) -> Path:
-    return path.with_name(path.name + suffix)
+        files.replace(name, files.read(new))
+        files.scrub(new)
 
 
 def _check_aad(account: str) -> bytes:
     return b"jetlake-check\x00" + account.encode()
 
 
-def _wrong_key_message(path: Path, header: Header) -> str:
+def _wrong_key_message(where: str, header: Header) -> str:
     created = datetime.datetime.fromtimestamp(header.created_ns / 1e9, datetime.UTC).isoformat(timespec="seconds")
-    return (f"the encryption key does not open the keyring of account {header.account!r} ({path}, created {created}, "
+    return (f"the encryption key does not open the keyring of account {header.account!r} ({where}, created {created}, "
             f"cipher {header.cipher}): check `jetstream {{ key }}` in the config or ${KEY_ENV}; nothing was changed")

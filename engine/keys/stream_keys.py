@@ -8,8 +8,8 @@ sealed under it answers `KeyDestroyedError` (erased), before any file is rewritt
 reused, so a destroyed id stays distinguishable from one this keyring never had.
 
 Keys are unwrapped when first used and kept in a bounded cache; the stream's file is re-read when
-another process changed it (checked by inode and size under the keyring lock, and when a value names
-a key id this process has not seen).
+another process changed it (checked by its identity, inode and size or the object's version, under the
+keyring lock, and when a value names a key id this process has not seen).
 Counterpart: server/filestore.go's per-block keys (`genEncryptionKeys`, `loadEncryptionForMsgBlock`).
 """
 
@@ -21,7 +21,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from cryptography.exceptions import InvalidTag
@@ -37,6 +37,9 @@ from engine.keys.nonces import NonceSource
 from engine.keys.subjects import SubjectHasher, key_prefix
 from engine.store import failpoints
 
+if TYPE_CHECKING:
+    from engine.keys.storage import KeyringFiles
+
 FIRST_EPOCH = 1
 CACHE_SIZE = 4096
 SUBJECT = "subject"
@@ -46,15 +49,16 @@ ROTATE_FAILPOINT = "keys.rotate"  # engine/store/failpoints.py: the epoch record
 class StreamKeys:
     """The keys of one stream (by stream id), opened or created through its account's `Keyring`."""
 
-    def __init__(self, account: str, folder: Path, keys: AccountKeys, nonces: NonceSource, clock: Clock,
+    def __init__(self, account: str, files: KeyringFiles, keys: AccountKeys, nonces: NonceSource, clock: Clock,
                  stream_id: str, key_tokens: int = 0) -> None:
         if not keyfile.is_stream_id(stream_id):
             raise ValueError(f"not a stream id: {stream_id!r}")
         self.account = account
         self.stream_id = stream_id
         self.key_tokens = key_tokens
-        self._folder = folder
-        self._path = folder / f"{stream_id}{keyfile.STREAM_SUFFIX}"
+        self._files = files
+        self._name = f"{stream_id}{keyfile.STREAM_SUFFIX}"
+        self._path = files.describe(self._name)  # for messages
         self._keys = keys
         self._nonces = nonces
         self._clock = clock
@@ -64,11 +68,11 @@ class StreamKeys:
         self._hasher: SubjectHasher | None = None
         self._destroyed_all = False
         self._tag = lru_cache(maxsize=65536)(self._compute_tag)
-        with keyfile.locked(folder):
-            if not self._path.exists():
+        with files.locked():
+            if not files.exists(self._name):
                 self._create_locked()
-            self._state = keyfile.read_stream_file(self._path, keys.mac_key, stream_id)
-            self._identity = keyfile.file_identity(self._path)
+            self._state = self._read()
+            self._identity = files.identity(self._name)
         self._index()
 
     @property
@@ -114,7 +118,7 @@ class StreamKeys:
 
     def rotate(self) -> int:
         """Starts a new epoch for new writes, at once; returns it. Older epochs stay readable."""
-        with self._lock, keyfile.locked(self._folder):
+        with self._lock, self._files.locked():
             self._sync_locked()
             fault = failpoints.hit(ROTATE_FAILPOINT)
             self._append_locked([keyfile.epoch_record(self.epoch + 1)])
@@ -166,7 +170,7 @@ class StreamKeys:
 
     def refresh(self) -> None:
         """Picks up what another process changed (new keys, rotation, destruction)."""
-        with self._lock, keyfile.locked(self._folder):
+        with self._lock, self._files.locked():
             self._sync_locked()
 
     def seal_batch(self, field: str, seqs: Sequence[int], subjects: Sequence[str],
@@ -256,13 +260,13 @@ class StreamKeys:
     def _create_locked(self) -> None:
         state = StreamFile(epoch=FIRST_EPOCH)
         state.keys[1] = self._new_record(1, 0, SUBJECT_HASH, self._compute_tag(""))
-        keyfile.replace_durably(self._path, keyfile.encode_stream_file(self._keys.mac_key, self.stream_id, state))
+        self._files.replace(self._name, keyfile.encode_stream_file(self._keys.mac_key, self.stream_id, state))
 
     def _create_keys(self, prefixes: list[str]) -> None:
         self._create_tagged([self._tag(p) for p in prefixes])
 
     def _create_tagged(self, tags: list[bytes]) -> None:
-        with keyfile.locked(self._folder):
+        with self._files.locked():
             self._sync_locked()
             missing = [t for t in tags if (self.epoch, t) not in self._by_tag]
             first = self._next_id()
@@ -270,7 +274,7 @@ class StreamKeys:
             self._append_locked([keyfile.key_record(r) for r in records])
 
     def _destroy(self, chosen: Callable[[KeyRecord], bool]) -> list[int]:
-        with self._lock, keyfile.locked(self._folder):
+        with self._lock, self._files.locked():
             self._sync_locked()
             ids = sorted(r.key_id for r in self._state.keys.values() if chosen(r))
             if not ids:
@@ -281,9 +285,9 @@ class StreamKeys:
                 self._state.destroyed[key_id] = now
                 self._cache.pop(key_id, None)
             data = keyfile.encode_stream_file(self._keys.mac_key, self.stream_id, self._state)
-            keyfile.replace_durably(self._path, data)
+            self._files.replace(self._name, data)
             self._state.size = len(data)
-            self._identity = keyfile.file_identity(self._path)
+            self._identity = self._files.identity(self._name)
             self._index()
             return ids
 
@@ -291,16 +295,16 @@ class StreamKeys:
         if not records:
             return
         data = keyfile.encode_records(self._keys.mac_key, self.stream_id, records)
-        keyfile.append_durably(self._path, self._state.size, data)
-        self._state = keyfile.read_stream_file(self._path, self._keys.mac_key, self.stream_id, self._state)
-        self._identity = keyfile.file_identity(self._path)
+        self._files.append(self._name, self._state.size, data)
+        self._state = self._read(self._state)
+        self._identity = self._files.identity(self._name)
         self._index()
 
     def _sync_locked(self) -> None:
         if self._destroyed_all:
             raise KeyDestroyedError(0)
         try:
-            identity = keyfile.file_identity(self._path)
+            identity = self._files.identity(self._name)
         except FileNotFoundError:
             self.mark_destroyed()
             raise KeyDestroyedError(0) from None
@@ -308,11 +312,15 @@ class StreamKeys:
             return
         same_file = identity[0] == self._identity[0] and identity[1] > self._state.size
         start = self._state if same_file else None
-        self._state = keyfile.read_stream_file(self._path, self._keys.mac_key, self.stream_id, start)
+        self._state = self._read(start)
         self._identity = identity
         self._index()
         for key_id in [k for k in self._cache if k not in self._state.keys]:
             del self._cache[key_id]
+
+    def _read(self, start: StreamFile | None = None) -> StreamFile:
+        return keyfile.parse_stream_file(self._files.read(self._name), self._path, self._keys.mac_key,
+                                         self.stream_id, start)
 
     def _index(self) -> None:
         self._by_tag = {(r.epoch, r.tag): r.key_id for r in self._state.keys.values() if r.purpose == DATA}

@@ -73,7 +73,8 @@ def test_an_encrypted_stream_on_s3_keeps_its_message_ids_out_of_the_bucket(
 ) -> None:
     location = s3_server.location()
     js = _open(location, tmp_path / "state", clock, KEY)
-    assert keyring_folder(js.layout.root).is_relative_to(tmp_path / "state"), "the keyring stays on local disk"
+    assert js.layout.objects.head(js.layout.key("_system", "keys", "keyring.json")).size > 0, "the keyring is in the bucket"
+    assert not keyring_folder(js.layout.root).exists(), "no keyring on local disk"
     js.add_stream({"name": "IDS", "subjects": ["ids.>"]})
     msg_id = MARKER.decode() + "-order-1"
     assert isinstance(js.publish_one("ids.a", MARKER + b" first", {"Nats-Msg-Id": [msg_id]}), PubAck)
