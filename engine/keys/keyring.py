@@ -144,13 +144,6 @@ class Keyring:
             return header.writers
 
 
-def destroy_keyring(where: Path | KeyringFiles) -> KeyringDestroyed:
-    """Removes every file of an account's keyring, header and salt included, without its master key (an
-    account deleted after its key left the config): from then on no key derives anything that opens
-    the account's values. Nothing when there is no keyring."""
-    return _files(where).destroy()
-
-
 def _read_header(files: KeyringFiles) -> tuple[Header, bytes]:
     """The header and its MAC. Raises FileNotFoundError when the account has no keyring."""
     return keyfile.parse_header(files.read(HEADER_NAME), files.describe(HEADER_NAME))
