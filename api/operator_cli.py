@@ -50,7 +50,8 @@ def add_commands(commands: Any) -> None:
 
     keys = commands.add_parser("keys", help="operator commands on encryption keys")
     keys_commands = keys.add_subparsers(dest="keys_command", required=True)
-    rotate = keys_commands.add_parser("rotate", help="start a new key epoch for a stream's new writes (running gateway)")
+    rotate = keys_commands.add_parser("rotate",
+                                      help="start a new key epoch for a stream's new writes (running gateway)")
     rotate.add_argument("--account", required=True, help="the stream's account")
     rotate.add_argument("--stream", required=True, help="the encrypted stream")
     rotate.add_argument("--gateway", default=DEFAULT_GATEWAY, help=f"the gateway's URL (default {DEFAULT_GATEWAY})")

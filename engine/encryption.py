@@ -24,8 +24,15 @@ from engine import errors
 from engine.accounts.config import AccountConfig, JetStreamConfig
 from engine.clock import Clock
 from engine.config import StreamConfig
-from engine.keys import Keyring, KeyringCorruptError, MasterKey, MissingMasterKeyError, key_prefix_of_filter, keyring_folder
-from engine.keys import keyfile
+from engine.keys import (
+    Keyring,
+    KeyringCorruptError,
+    MasterKey,
+    MissingMasterKeyError,
+    key_prefix_of_filter,
+    keyfile,
+    keyring_folder,
+)
 from engine.keys.storage import KeyringFiles, LocalKeyringFiles, ObjectKeyringFiles
 from engine.keys.master import KEY_ENV
 from engine.store.layout import Layout
@@ -86,11 +93,12 @@ def open_keyring(layout: Layout, master: MasterKey | None, previous: MasterKey |
     if master is None:
         if Keyring.exists(files):
             raise MissingMasterKeyError(
-                f"account {layout.account!r} is encrypted ({files.where}) and no key was given: set `jetstream {{ key }}` "
-                f"in the config or ${KEY_ENV}; nothing was changed")
+                f"account {layout.account!r} is encrypted ({files.where}) and no key was given: "
+                f"set `jetstream {{ key }}` in the config or ${KEY_ENV}; nothing was changed")
         return None
     keyring = Keyring.open(files, layout.account, master, previous=previous, clock=clock)
-    log.info("account %s: encryption at rest on (keyring %s, key wrapping %s)", layout.account, files.where, master.cipher)
+    log.info("account %s: encryption at rest on (keyring %s, key wrapping %s)", layout.account, files.where,
+             master.cipher)
     return keyring
 
 
@@ -110,7 +118,8 @@ def _move_legacy_keyring(layout: Layout, files: KeyringFiles) -> None:
         for name in sorted(names, key=lambda n: n == keyfile.HEADER_NAME):
             files.replace(name, legacy.read(name))
     moved = legacy.destroy()
-    log.info("account %s: keyring moved from %s into the warehouse (%d files)", layout.account, legacy.where, moved.files)
+    log.info("account %s: keyring moved from %s into the warehouse (%d files)", layout.account, legacy.where,
+             moved.files)
 
 
 def key_tokens(config: StreamConfig) -> int:

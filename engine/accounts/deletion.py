@@ -74,7 +74,8 @@ def delete_account(warehouse: str | Path | WarehouseLocation, account: str, wal_
     found = [meta for meta in objects.list(account) if not meta.key.startswith(keyring_key)]
     logs = _local_logs(layout)
     if not found and not any(files.names() for files in keyrings) and logs is None:
-        raise JetStreamError(404, ErrorCode.NONE, f"account {account} has no data in the warehouse {layout.location.uri()}")
+        raise JetStreamError(404, ErrorCode.NONE,
+                             f"account {account} has no data in the warehouse {layout.location.uri()}")
     owner = OwnerLock(layout)
     try:
         owner.acquire()

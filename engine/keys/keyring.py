@@ -218,7 +218,8 @@ def _rekey(files: KeyringFiles, previous: MasterKey, master: MasterKey) -> Accou
                 try:
                     plain = old.kek.unwrap(record.wrapped, aad)
                 except InvalidTag:
-                    raise KeyringCorruptError(f"{files.describe(name)}: key {key_id} does not unwrap (tampered)") from None
+                    raise KeyringCorruptError(
+                        f"{files.describe(name)}: key {key_id} does not unwrap (tampered)") from None
                 state.keys[key_id] = dataclasses.replace(record, wrapped=new.kek.wrap(plain, aad))
             rewritten[name] = keyfile.encode_stream_file(new.mac_key, stream_id, state)
             files.replace(name + NEW_SUFFIX, rewritten[name])

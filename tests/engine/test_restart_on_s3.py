@@ -73,7 +73,8 @@ def test_an_encrypted_stream_on_s3_keeps_its_message_ids_out_of_the_bucket(
 ) -> None:
     location = s3_server.location()
     js = _open(location, tmp_path / "state", clock, KEY)
-    assert js.layout.objects.head(js.layout.key("_system", "keys", "keyring.json")).size > 0, "the keyring is in the bucket"
+    keyring = js.layout.key("_system", "keys", "keyring.json")
+    assert js.layout.objects.head(keyring).size > 0, "the keyring is in the bucket"
     assert not keyring_folder(js.layout.root).exists(), "no keyring on local disk"
     js.add_stream({"name": "IDS", "subjects": ["ids.>"]})
     msg_id = MARKER.decode() + "-order-1"

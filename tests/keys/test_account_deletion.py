@@ -50,10 +50,12 @@ def fill_app(c: httpx.Client) -> None:
     batch = [{"subject": f"orders.{i}", "text": f"{MARKER} {i}", "headers": {"X-M": [f"{MARKER} h{i}"]}}
              for i in range(20)]
     assert c.post("/v1/publish", json={"messages": batch}).status_code == 200
-    assert c.post("/v1/streams/ORDERS/consumers", json={"durable_name": "C", "ack_policy": "explicit"}).status_code in (200, 201)
+    consumer = {"durable_name": "C", "ack_policy": "explicit"}
+    assert c.post("/v1/streams/ORDERS/consumers", json=consumer).status_code in (200, 201)
     msgs = c.post("/v1/streams/ORDERS/consumers/C/next", json={"batch": 5, "no_wait": True}).json()["messages"]
     assert len(msgs) == 5
-    assert c.post("/v1/streams/ORDERS/consumers/C/ack", json={"acks": [{"token": m["ack"]} for m in msgs]}).status_code == 200
+    acks = {"acks": [{"token": m["ack"]} for m in msgs]}
+    assert c.post("/v1/streams/ORDERS/consumers/C/ack", json=acks).status_code == 200
     assert c.post("/v1/kv", json={"bucket": "cfg"}).status_code in (200, 201)
     assert c.put("/v1/kv/cfg/entries/secret", content=f"{MARKER} kv".encode()).status_code == 200
     assert c.post("/v1/flush").json()["success"]
@@ -90,7 +92,8 @@ def assert_nothing_left(warehouse: Path) -> None:
     for path in warehouse.rglob(HEADER_NAME):
         assert decode_header(path)[0].account != "APP", path
     keep_keys = keyring_folder(warehouse / "KEEP")
-    assert all(p.parent == keep_keys for p in warehouse.rglob(f"*{STREAM_SUFFIX}")), list(warehouse.rglob(f"*{STREAM_SUFFIX}"))
+    stream_keys = list(warehouse.rglob(f"*{STREAM_SUFFIX}"))
+    assert all(p.parent == keep_keys for p in stream_keys), stream_keys
 
 
 def assert_app_unreachable(gateway: Gateway) -> None:

@@ -41,7 +41,8 @@ def bucket(location: WarehouseLocation) -> dict[str, tuple[str, bytes]]:
     return {meta.key: (meta.version, store.get(meta.key).data) for meta in store.list()}
 
 
-def gateway(s3: S3Server, warehouse: str, tmp_path: Path, state: str, config: Path, flush: str = "0.2") -> Gateway:
+def gateway(s3: S3Server, warehouse: str, tmp_path: Path, state: str, config: Path,
+            flush: str = "0.2") -> Gateway:
     return Gateway(warehouse, "--wal-dir", str(tmp_path / state), "--config", str(config), "--flush-interval", flush,
                    env=s3.env, log_dir=tmp_path)
 
@@ -77,7 +78,8 @@ def test_a_second_gateway_on_the_bucket_finds_the_keyring(s3_server: S3Server, t
             assert app.get("/v1/streams/ORDERS/messages/21").json()["message"]["subject"] == "orders.late"
             assert app.get("/v1/kv/cfg/entries/secret").content == f"{MARKER} kv".encode()
             assert op.post("/v1/accounts/APP/streams/ORDERS/rotate-key").json() == {"stream": "ORDERS", "epoch": 2}
-            assert app.post("/v1/publish", json={"messages": [{"subject": "orders.new", "text": "new"}]}).status_code == 200
+            new = {"messages": [{"subject": "orders.new", "text": "new"}]}
+            assert app.post("/v1/publish", json=new).status_code == 200
             assert base64.b64decode(app.get("/v1/streams/ORDERS/messages/22").json()["message"]["data"]) == b"new"
     finally:
         second.stop()
@@ -120,7 +122,7 @@ def test_deleting_an_account_on_s3(s3_server: S3Server, tmp_path: Path) -> None:
     location = WarehouseLocation.parse(warehouse, s3_server.env)
     config = tmp_path / "accounts.conf"
     config.write_text(config_text("APP", "KEEP"))
-    gw = gateway(s3_server, warehouse, tmp_path, "state", config, flush="600").start()  # the last values stay in the log
+    gw = gateway(s3_server, warehouse, tmp_path, "state", config, flush="600").start()  # last values stay in the log
     try:
         with gw.client(auth=APP) as app, gw.client(auth=KEEP) as keep, gw.client(auth=OPERATOR) as op:
             fill_app(app)

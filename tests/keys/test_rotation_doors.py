@@ -33,7 +33,8 @@ CONFIG = (
     f'  APP {{ jetstream: enabled, users: [ {{ user: {APP[0]}, password: {APP[1]} }} ] }}\n}}\n')
 
 
-def rotate_cli(gateway_url: str, stream: str, user: tuple[str, str], account: str = "APP") -> subprocess.CompletedProcess[str]:
+def rotate_cli(gateway_url: str, stream: str, user: tuple[str, str],
+               account: str = "APP") -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "JETLAKE_PASSWORD": user[1]}
     return subprocess.run([str(JETLAKE), "keys", "rotate", "--account", account, "--stream", stream,
                            "--gateway", gateway_url, "--user", user[0]], capture_output=True, text=True, env=env,
@@ -71,7 +72,8 @@ def test_rotation_by_the_cli_and_by_the_nats_door(tmp_path: Path, warehouse: Pat
             publish(c, 5, 5)
 
             async def over_nats() -> list[dict]:
-                op = await nats.connect(gateway.nats_url, user=OPERATOR[0], password=OPERATOR[1], max_reconnect_attempts=0)
+                op = await nats.connect(gateway.nats_url, user=OPERATOR[0], password=OPERATOR[1],
+                                        max_reconnect_attempts=0)
                 app = await nats.connect(gateway.nats_url, user=APP[0], password=APP[1], max_reconnect_attempts=0)
                 try:
                     with pytest.raises(NoRespondersError):  # not a system-account user: nobody answers
@@ -95,8 +97,9 @@ def test_rotation_by_the_cli_and_by_the_nats_door(tmp_path: Path, warehouse: Pat
             assert no_account["error"]["code"] == 404 and "account not found" in no_account["error"]["description"]
             publish(c, 10, 5)
 
-            for stream, user, code, text in (("ROT", APP, 1, "(403)"), ("MEM", OPERATOR, 1, "not encrypted"),
-                                             ("NONE", OPERATOR, 1, "stream not found"), ("ROT", ("op", "wrong"), 1, "(401)")):
+            refusals = (("ROT", APP, 1, "(403)"), ("MEM", OPERATOR, 1, "not encrypted"),
+                        ("NONE", OPERATOR, 1, "stream not found"), ("ROT", ("op", "wrong"), 1, "(401)"))
+            for stream, user, code, text in refusals:
                 refused = rotate_cli(gateway.url, stream, user)
                 assert refused.returncode == code and text in refused.stderr, (stream, refused.stderr)
             unreachable = rotate_cli(f"http://127.0.0.1:{free_port()}", "ROT", OPERATOR)
