@@ -10,7 +10,8 @@ tombstones, the ack table, the object-store logs) through the warehouse's `Objec
 code deletes a local folder and an S3 prefix; then the gateway's own local write-ahead logs. The
 account's owner lease is held throughout: a gateway still serving the account refuses the deletion,
 and no gateway opens the account while it goes. The answer is a receipt: what was destroyed, how
-much, and when. Counterpart: server/jetstream_api.go `jsLeaderAccountPurgeRequest`
+much, and when. A deletion cut short (a crash after the keyring went) is finished by deleting again:
+it goes on while anything of the account is left. Counterpart: server/jetstream_api.go `jsLeaderAccountPurgeRequest`
 (`$JS.API.ACCOUNT.PURGE.<account>`: the account's streams deleted and its store folder removed).
 """
 
@@ -25,6 +26,7 @@ from typing import Any
 from engine.clock import Clock, SystemClock
 from engine.errors import ErrorCode, JetStreamError
 from engine.encryption import keyring_files, legacy_keyring
+from engine.store import failpoints
 from engine.store.lease import OwnerLock, OwnerLockedError
 from engine.store.layout import Layout
 from engine.store.objectstore import WarehouseLocation
@@ -32,6 +34,7 @@ from engine.store.objectstore.base import TEMP_PREFIX
 
 log = logging.getLogger(__name__)
 
+KEYS_FAILPOINT = "accounts.delete_keys"  # engine/store/failpoints.py: the keyring's destruction
 SYSTEM_FOLDER = "_system"
 LEASES_FOLDER = "leases"
 
@@ -82,8 +85,10 @@ def delete_account(warehouse: str | Path | WarehouseLocation, account: str, wal_
     except OwnerLockedError as exc:
         raise JetStreamError(409, ErrorCode.NONE, f"account {account} cannot be deleted now: {exc}") from None
     try:
+        fault = failpoints.hit(KEYS_FAILPOINT) if failpoints.ARMED else None
         destroyed = [files.destroy() for files in keyrings]
         keys_destroyed = clock.now_ns()
+        failpoints.after(KEYS_FAILPOINT, fault)
         streams = _stream_names(layout, [meta.key for meta in found])
         _delete_all_but_owner_lease(layout)
     finally:

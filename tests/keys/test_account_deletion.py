@@ -253,3 +253,39 @@ def test_deleting_an_account_of_a_stopped_gateway_with_the_cli(tmp_path: Path, w
         assert_app_unreachable(gateway)
     finally:
         gateway.stop()
+
+
+def test_a_deletion_killed_after_the_keyring_went_is_finished_by_deleting_again(tmp_path: Path,
+                                                                               warehouse: Path) -> None:
+    config = tmp_path / "accounts.conf"
+    config.write_text(config_text("APP", "KEEP"))
+    gateway = Gateway(warehouse, "--config", str(config),
+                      env={"JETLAKE_FAILPOINTS": "accounts.delete_keys=kill_after"}).start()
+    with gateway.client(auth=APP) as app, gateway.client(auth=KEEP) as keep:
+        fill_app(app)
+        fill_keep(keep)
+        assert keep.post("/v1/flush").json()["success"]
+    reload_without_app(gateway, config)
+    with gateway.client(auth=OPERATOR) as op, pytest.raises(httpx.HTTPError):
+        op.delete("/v1/accounts/APP")  # the keyring is destroyed, then kill -9
+    assert gateway.proc is not None
+    gateway.proc.wait(timeout=30)
+    gateway.proc = None
+    assert not (keyring_folder(warehouse / "APP") / HEADER_NAME).exists()
+    assert (warehouse / "APP" / "streams" / "ORDERS").is_dir(), "the tree was not reached"
+    assert find_residue(warehouse, needles_for(MARKER)) == []
+
+    gateway.env = {}
+    gateway.start()
+    try:
+        with gateway.client(auth=OPERATOR) as op, gateway.client(auth=KEEP) as keep:
+            answer = op.delete("/v1/accounts/APP")
+            assert answer.status_code == 200, answer.text
+            receipt = answer.json()["receipt"]
+            assert receipt["keyring_destroyed"] is None and receipt["keyring_files"] == 0  # gone already
+            assert "ORDERS" in receipt["streams"] and receipt["objects_deleted"] > 0
+            assert_keep_intact(keep)
+        assert_app_unreachable(gateway)
+    finally:
+        gateway.stop()
+    assert_nothing_left(warehouse)
