@@ -11,8 +11,9 @@ code deletes a local folder and an S3 prefix; then the gateway's own local write
 account's owner lease is held throughout: a gateway still serving the account refuses the deletion,
 and no gateway opens the account while it goes. The answer is a receipt: what was destroyed, how
 much, and when. A deletion cut short (a crash after the keyring went) is finished by deleting again:
-it goes on while anything of the account is left. Counterpart: server/jetstream_api.go `jsLeaderAccountPurgeRequest`
-(`$JS.API.ACCOUNT.PURGE.<account>`: the account's streams deleted and its store folder removed).
+it goes on while anything of the account is left. Counterpart: server/jetstream_api.go
+`jsLeaderAccountPurgeRequest` (`$JS.API.ACCOUNT.PURGE.<account>`: the account's streams deleted and
+its store folder removed).
 """
 
 from __future__ import annotations
