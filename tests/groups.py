@@ -1,9 +1,9 @@
 """The suite's parallel groups: `scripts/test.py` runs one pytest process per group at once.
 
 Every test belongs to exactly one group, decided here from its path and markers, so the groups
-together run the whole suite once. Spark runs in one group only (one Spark session per run); the
-groups that mostly wait on real servers, kills and timeouts (faults, the NATS door, object storage)
-run beside it, which is where two cores gain.
+together run the whole suite once. The run's one Spark session lives in one group only; the tests
+whose Spark runs in processes of their own, and those that mostly wait on real servers, kills and
+timeouts (faults, the NATS door, object storage), run beside it, which is where two cores gain.
 """
 
 from __future__ import annotations
@@ -12,21 +12,24 @@ from pathlib import Path
 
 import pytest
 
-GROUPS = ("spark", "servers", "rest")
+GROUPS = ("spark", "jobs", "servers", "rest")
 ENV = "JETLAKE_TEST_GROUP"
 
 _TESTS = Path(__file__).parent
-_SPARK_PATHS = ("jobs", "keys", "test_scale.py")
-_SERVER_PATHS = ("faults", "nats", "test_s3_server.py", "test_gateway_on_s3.py", "test_wal_object.py",
-                 "engine/test_restart_on_s3.py", "engine/test_delta_on_s3.py", "engine/test_object_log.py")
+_SERVER_PATHS = ("faults", "nats", "test_scale.py", "test_s3_server.py", "test_gateway_on_s3.py",
+                 "test_wal_object.py", "engine/test_restart_on_s3.py", "engine/test_delta_on_s3.py",
+                 "engine/test_object_log.py")
 
 
 def group_of(item: pytest.Item) -> str:
-    """The group an item runs in."""
+    """The group an item runs in: `spark` for the tests on the run's one Spark session, `jobs` for the
+    other Spark tests (jobs run as processes of their own: `jetlake jobs run`, the scheduler, a
+    standalone cluster), `servers` for the suites of real servers, kills and faults, `rest` for the others."""
     relative = Path(item.fspath).resolve().relative_to(_TESTS.resolve()).as_posix()
-    uses_spark = item.get_closest_marker("spark") or "shared_spark" in getattr(item, "fixturenames", ())
-    if uses_spark or _under(relative, _SPARK_PATHS):
+    if "shared_spark" in getattr(item, "fixturenames", ()):
         return "spark"
+    if item.get_closest_marker("spark") or _under(relative, ("jobs",)):
+        return "jobs"
     if _under(relative, _SERVER_PATHS):
         return "servers"
     return "rest"
