@@ -9,6 +9,9 @@ its record says so (`encryption: {key_tokens}`), so it is opened sealed on every
 stream made before the account had a key stays plain (its table keeps its layout). A stream may
 declare in its metadata how many leading subject tokens select a data key (`jetlake.key_tokens`):
 destroying such a key erases every message under that prefix at once (crypto-shredding).
+A stream may also protect its subjects (`jetlake.protected_subjects: "true"`): its subject column is
+sealed too and its partition values are keyed hashes (engine/store/sealed.py); only an encrypted stream
+can, and neither setting changes after the stream is made (the table keeps its layout).
 Deleting an encrypted stream destroys its keys.
 Counterpart: server/jetstream.go (`jsKeyGen`, the `cipher` option) and server/stream.go's encrypted store setup.
 """
@@ -44,7 +47,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KEY_TOKENS_KEY = "jetlake.key_tokens"  # stream metadata: leading subject tokens that select a data key
+PROTECTED_SUBJECTS_KEY = "jetlake.protected_subjects"  # stream metadata: "true" seals subjects too
 MAX_KEY_TOKENS = 16
+_BOOLEANS = {"true": True, "false": False}
 RECORD_FIELD = "encryption"
 
 
@@ -136,9 +141,54 @@ def key_tokens(config: StreamConfig) -> int:
     return tokens
 
 
-def record_field(key_tokens: int | None) -> dict[str, Any]:
+def protected_subjects(config: StreamConfig) -> bool:
+    """The stream's `jetlake.protected_subjects` ("true" or "false"; absent: false)."""
+    text = (config.metadata or {}).get(PROTECTED_SUBJECTS_KEY)
+    if text is None:
+        return False
+    found = _BOOLEANS.get(text.strip().lower())
+    if found is None:
+        raise errors.invalid_config(f"metadata {PROTECTED_SUBJECTS_KEY} must be true or false")
+    return found
+
+
+def check_create(config: StreamConfig, keyring: Keyring | None) -> None:
+    """Refuses protected subjects where nothing is encrypted: a memory stream, or an account without a key.
+
+    Raises:
+        JetStreamError: 10052, what JetStream answers for a stream config it cannot honour.
+    """
+    if not protected_subjects(config):
+        return
+    if config.storage == "memory":
+        raise errors.invalid_config(f"metadata {PROTECTED_SUBJECTS_KEY} needs file storage (a memory stream "
+                                    "writes nothing to protect)")
+    if keyring is None:
+        raise errors.invalid_config(f"metadata {PROTECTED_SUBJECTS_KEY} needs encryption at rest: the account has "
+                                    f"no key (`jetstream {{ key }}` or ${KEY_ENV})")
+
+
+def check_update(old: StreamConfig, new: StreamConfig, encrypted: bool) -> None:
+    """The encryption settings are fixed when a stream is made (its table and keys keep their layout);
+    a plain stream's `jetlake.key_tokens` means nothing and may change.
+
+    Raises:
+        JetStreamError: 10052, as for JetStream's other settings an update can not change.
+    """
+    if protected_subjects(new) != protected_subjects(old):
+        raise errors.invalid_config(f"stream configuration update can not change metadata {PROTECTED_SUBJECTS_KEY}")
+    if encrypted and key_tokens(new) != key_tokens(old):
+        raise errors.invalid_config(f"stream configuration update can not change metadata {KEY_TOKENS_KEY}")
+
+
+def record_field(key_tokens: int | None, protected: bool = False) -> dict[str, Any]:
     """What a stream's record says of its encryption (nothing for a plain stream)."""
-    return {} if key_tokens is None else {RECORD_FIELD: {"key_tokens": key_tokens}}
+    if key_tokens is None:
+        return {}
+    field: dict[str, Any] = {"key_tokens": key_tokens}
+    if protected:
+        field["protected_subjects"] = True
+    return {RECORD_FIELD: field}
 
 
 def record_key_tokens(record: dict[str, Any]) -> int | None:
@@ -147,7 +197,13 @@ def record_key_tokens(record: dict[str, Any]) -> int | None:
     return None if found is None else int(found.get("key_tokens", 0))
 
 
-def sealer(keyring: Keyring | None, stream: str, stream_id: str, key_tokens: int | None) -> Sealer | None:
+def record_protected(record: dict[str, Any]) -> bool:
+    """Whether an encrypted stream's record protects its subjects."""
+    return bool((record.get(RECORD_FIELD) or {}).get("protected_subjects", False))
+
+
+def sealer(keyring: Keyring | None, stream: str, stream_id: str, key_tokens: int | None,
+           protected: bool = False) -> Sealer | None:
     """The sealer of an encrypted stream (None for a plain one).
 
     Raises:
@@ -157,7 +213,7 @@ def sealer(keyring: Keyring | None, stream: str, stream_id: str, key_tokens: int
         return None
     if keyring is None:
         raise MissingMasterKeyError(f"stream {stream} is encrypted and no key was given")
-    return Sealer(keyring.stream(stream_id, key_tokens))
+    return Sealer(keyring.stream(stream_id, key_tokens), protected)
 
 
 def existing_keyring(layout: Layout, master: MasterKey | None) -> Keyring | None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -55,10 +55,12 @@ def erasure_not_found() -> JetStreamError:
 class _Subjects:
     """Subject filters as predicates on a subject and on a partition value (a subject's first tokens)."""
 
-    def __init__(self, filters: Iterable[str], partition_tokens: int) -> None:
+    def __init__(self, filters: Iterable[str], partition_tokens: int,
+                 keyed_values: Callable[[str], set[str] | None] | None = None) -> None:
         self.literals: set[str] = set()
         self.wildcards: list[str] = []
         self.tokens = partition_tokens
+        self.keyed_values = keyed_values  # protected subjects: the Partitioner's `values_for`
         self.add(filters)
 
     def add(self, filters: Iterable[str]) -> None:
@@ -70,9 +72,24 @@ class _Subjects:
 
     def partition(self, partition: str | None) -> bool:
         """Whether a file of this partition may hold a matching subject (hashed values: always)."""
-        if partition is None or "~" in partition:
+        if partition is None:
+            return True
+        if self.keyed_values is not None:
+            return self._keyed_partition(partition)
+        if "~" in partition:
             return True
         return any(_partition_may_hold(f, partition, self.tokens) for f in (*self.literals, *self.wildcards))
+
+
+    def _keyed_partition(self, partition: str) -> bool:
+        """A protected stream's partition values are keyed hashes: a filter whose partition tokens are
+        literal names its values (`Partitioner.values_for`), any other may match every partition."""
+        assert self.keyed_values is not None
+        for f in (*self.literals, *self.wildcards):
+            values = self.keyed_values(f)
+            if values is None or partition in values:
+                return True
+        return False
 
 
 def _partition_may_hold(filter_: str, partition: str, tokens: int) -> bool:
@@ -162,8 +179,9 @@ class ErasureRegistry:
         stored infos name are added."""
         table = stream.store if isinstance(stream.store, DeltaStore) else None
         tokens = table.partitioner.tokens if table is not None else 0  # a legacy table keeps whole subjects
-        subjects = _Subjects(filters, tokens)
-        infos = _Subjects(filters, tokens) if object_bucket is not None else None
+        keyed = table.partitioner.values_for if table is not None and table.partitioner.keyed is not None else None
+        subjects = _Subjects(filters, tokens, keyed)
+        infos = _Subjects(filters, tokens, keyed) if object_bucket is not None else None
         seqs: set[int] = set()
         nuids: set[str] = set()
         flushed = 0
@@ -182,7 +200,7 @@ class ErasureRegistry:
                 self._from_table(table, subjects, infos, object_bucket, flushed, seqs, nuids)
                 new = nuids - known
                 if new and object_bucket is not None:  # an object put since the scan: earlier chunks are in the table
-                    chunks = _Subjects((chunk_subject(object_bucket, n) for n in new), tokens)
+                    chunks = _Subjects((chunk_subject(object_bucket, n) for n in new), tokens, keyed)
                     seqs.update(self._scan(table, chunks, 0, False).rows)
             seqs.update(buffer.matching(subjects))
             live = [stream.index.live_seqs(f) for f in (*subjects.literals, *subjects.wildcards)]
@@ -230,7 +248,9 @@ class ErasureRegistry:
         keys, so the chunks named by infos stored only in the table are found too."""
         sealer = store.sealer
         open_rows = (lambda rows: sealer.open(rows).table) if sealer is not None and with_data else None
-        return stored.scan(store.table, store.stream_id, subjects, subjects.partition, above, with_data, open_rows)
+        open_subjects = sealer.open_subjects if sealer is not None and sealer.protected else None
+        return stored.scan(store.table, store.stream_id, subjects, subjects.partition, above, with_data, open_rows,
+                           open_subjects)
 
     def _queue_and_remove(self, stream: Stream, seqs: np.ndarray, by: str) -> dict[str, Any]:
         """Under the stream's lock: the request first, then the removal from reads and from memory."""

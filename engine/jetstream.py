@@ -230,7 +230,8 @@ class JetStream:
         started = time.monotonic()
         tokens = record.get("partition_tokens", config.legacy_partition_tokens)
         key_tokens = encryption.record_key_tokens(record)
-        stream = self._new_stream(config, record["created"], record["stream_id"], tokens, key_tokens)
+        protected = encryption.record_protected(record)
+        stream = self._new_stream(config, record["created"], record["stream_id"], tokens, key_tokens, protected)
         try:
             stream.recover()
         except Exception as exc:  # noqa: BLE001 - one bad stream must not keep the others from serving
@@ -240,7 +241,7 @@ class JetStream:
                 stream.store.close()
             except OSError:
                 pass  # what it read is dropped with it
-            stream = self._new_stream(config, record["created"], record["stream_id"], tokens, key_tokens)
+            stream = self._new_stream(config, record["created"], record["stream_id"], tokens, key_tokens, protected)
             stream.unavailable = stream.failure = f"recovery failed: {type(exc).__name__}: {exc}"
             stream.recovered = False
         log.info(
@@ -250,29 +251,30 @@ class JetStream:
         return stream
 
     def _new_stream(self, config: StreamConfig, created: int, stream_id: str, partition_tokens: int,
-                    key_tokens: int | None = None) -> Stream:
-        store = self._new_store(config, stream_id, partition_tokens, key_tokens)
+                    key_tokens: int | None = None, protected: bool = False) -> Stream:
+        store = self._new_store(config, stream_id, partition_tokens, key_tokens, protected)
         stream = Stream(config, created, stream_id, store, self.clock, self.options.max_payload)
         stream.quota = self if self._limits.limits_bytes else None
         return stream
 
     def _new_store(self, config: StreamConfig, stream_id: str, partition_tokens: int,
-                   key_tokens: int | None = None) -> StreamStore:
+                   key_tokens: int | None = None, protected: bool = False) -> StreamStore:
         """A stream's store; `partition_tokens` is fixed when the stream is made (its table keeps its
-        layout), as is whether it is encrypted (`key_tokens` not None)."""
+        layout), as is whether it is encrypted (`key_tokens` not None) and its subjects protected."""
         if config.storage == "memory":
             return MemoryStore(partition_tokens)
         return DeltaStore(
             self.layout, config.name, stream_id, partition_tokens,
             self.options.sync_always, self.options.cache_bytes, self.backlog, tombstones=self._tombstones,
-            sealer=encryption.sealer(self.keyring, config.name, stream_id, key_tokens), log_lease=self._log_lease,
+            sealer=encryption.sealer(self.keyring, config.name, stream_id, key_tokens, protected),
+            log_lease=self._log_lease,
         )
 
     def _reload(self, stream: Stream) -> None:
         """Re-reads a stream from disk after a failed log write (the flusher calls it, holding its lock,
         so no commit of the stream is under way); its consumers drop what is gone."""
         stream.reload(self._new_store(stream.config, stream.stream_id, stream.store.partitioner.tokens,
-                                      _key_tokens(stream)))
+                                      _key_tokens(stream), _protected(stream)))
         with stream.lock:
             for consumer in stream.consumers.values():
                 gone = [s for s in consumer.state.pending if not stream.index.is_live(s)]
@@ -296,9 +298,11 @@ class JetStream:
                     return self._info(existing.stream), False
                 raise errors.stream_name_exists()
             self._check_overlap(config)
+            encryption.check_create(config, self.keyring)
             sealed = self.keyring is not None and config.storage != "memory"
             key_tokens = encryption.key_tokens(config) if sealed else None
-            stream = self._new_stream(config, self.clock.now_ns(), uuid.uuid4().hex, config.partition_tokens, key_tokens)
+            stream = self._new_stream(config, self.clock.now_ns(), uuid.uuid4().hex, config.partition_tokens, key_tokens,
+                                      encryption.protected_subjects(config))
             if isinstance(stream.store, DeltaStore):
                 try:
                     stream.store.create()
@@ -322,6 +326,7 @@ class JetStream:
         with self._lock:
             stream = self._stream(name)
             check_stream_update(stream.config, config)
+            encryption.check_update(stream.config, config, _key_tokens(stream) is not None)
             others = [e.stream.config for n, e in self._streams.items() if n != name]
             account_limits.check_stream(self._limits, config, others, update=stream.config)
             self._check_overlap(config, exclude=name)
@@ -422,7 +427,8 @@ class JetStream:
     def _write_config(self, stream: Stream) -> None:
         record = {
             "config": stream.config.to_json(), "created": stream.created_ns, "stream_id": stream.stream_id,
-            "partition_tokens": stream.store.partitioner.tokens, **encryption.record_field(_key_tokens(stream)),
+            "partition_tokens": stream.store.partitioner.tokens,
+            **encryption.record_field(_key_tokens(stream), _protected(stream)),
         }
         self.layout.objects.put(self.layout.stream_config_key(stream.name), orjson.dumps(record))
 
@@ -711,3 +717,9 @@ def _key_tokens(stream: Stream) -> int | None:
     """The key tokens of an encrypted stream; None for a plain one."""
     sealer = getattr(stream.store, "sealer", None)
     return None if sealer is None else sealer.keys.key_tokens
+
+
+def _protected(stream: Stream) -> bool:
+    """Whether an encrypted stream's subjects are protected (sealed, keyed-hash partitions)."""
+    sealer = getattr(stream.store, "sealer", None)
+    return sealer is not None and sealer.protected

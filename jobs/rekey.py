@@ -8,7 +8,9 @@ keyring holds keys of older epochs, under the table's commit lease (the gateway'
 2. `MERGE`s the table onto itself: each row whose value names an older key gets its `data` and
    `headers` opened with Spark's `aes_decrypt` and sealed again with `aes_encrypt` under the current
    epoch's key of the same subject prefix (engine/keys/cipher.py's layout, same associated data); the
-   match is on `seq` only, so no subject lands in the commit's predicate;
+   match is on `seq` only, so no subject lands in the commit's predicate; a stream whose subjects are
+   protected gets its `subject` sealed again too (and its plain subject, opened on the way, is what
+   the other values' associated data names);
 3. counts that no row names an older key any more, and destroys the older epochs' keys
    (`retire_epochs_before`): the replaced files, until a vacuum removes them, hold nothing anyone can open.
 A value that does not open fails the stream's step (nothing is retired), not the job.
@@ -32,8 +34,8 @@ from jobs.tables import LeaseTimes, leased
 log = logging.getLogger("jetlake.jobs.rekey")
 
 
-def encrypted_streams(layout: Layout) -> list[tuple[str, str, int]]:
-    """(name, stream id, key tokens) of the account's encrypted streams."""
+def encrypted_streams(layout: Layout) -> list[tuple[str, str, int, bool]]:
+    """(name, stream id, key tokens, protected subjects) of the account's encrypted streams."""
     out = []
     folder = layout.stream_configs
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
@@ -41,7 +43,8 @@ def encrypted_streams(layout: Layout) -> list[tuple[str, str, int]]:
             record = json.loads(path.read_bytes())
             if "encryption" in record:
                 out.append((str(record["config"]["name"]), str(record["stream_id"]),
-                            int(record["encryption"].get("key_tokens", 0))))
+                            int(record["encryption"].get("key_tokens", 0)),
+                            bool(record["encryption"].get("protected_subjects", False))))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("skipping stream config %s: %s", path.name, exc)
     return out
@@ -50,9 +53,9 @@ def encrypted_streams(layout: Layout) -> list[tuple[str, str, int]]:
 def rekey(spark: SparkSession, layout: Layout, keyring: Keyring, times: LeaseTimes | None = None) -> dict[str, int]:
     """Re-encrypts every encrypted stream of the account that has keys of older epochs; returns figures."""
     figures = {"streams_rekeyed": 0, "streams_waiting": 0, "rows_reencrypted": 0, "keys_retired": 0, "rekey_errors": 0}
-    for name, stream_id, key_tokens in encrypted_streams(layout):
+    for name, stream_id, key_tokens, protected in encrypted_streams(layout):
         try:
-            result = _rekey_stream(spark, layout, keyring, name, stream_id, key_tokens, times)
+            result = _rekey_stream(spark, layout, keyring, name, stream_id, key_tokens, protected, times)
         except Exception:
             figures["rekey_errors"] += 1
             log.exception("rekey %s failed: nothing retired", name)
@@ -63,7 +66,7 @@ def rekey(spark: SparkSession, layout: Layout, keyring: Keyring, times: LeaseTim
 
 
 def _rekey_stream(spark: SparkSession, layout: Layout, keyring: Keyring, name: str, stream_id: str,
-                  key_tokens: int, times: LeaseTimes | None) -> dict[str, int]:
+                  key_tokens: int, protected: bool, times: LeaseTimes | None) -> dict[str, int]:
     keys = keyring.stream(stream_id, key_tokens)
     pairs = keys.rotation_keys()
     if not pairs:
@@ -78,10 +81,12 @@ def _rekey_stream(spark: SparkSession, layout: Layout, keyring: Keyring, name: s
         spark.createDataFrame(pairs, "old_ref binary, old_key binary, new_ref binary, new_key binary") \
             .createOrReplaceTempView(view)
         try:
-            updated = _merge(spark, table, stream_id, view)
+            updated = _merge(spark, table, stream_id, view, protected)
+            subject = " OR substring(s.subject, 1, 5) = m.old_ref" if protected else ""
             left = spark.sql(
                 f"SELECT /*+ BROADCAST(m) */ count(*) FROM delta.`{table}` s JOIN {view} m "
-                "ON substring(s.data, 1, 5) = m.old_ref OR substring(s.headers, 1, 5) = m.old_ref").collect()[0][0]
+                f"ON substring(s.data, 1, 5) = m.old_ref OR substring(s.headers, 1, 5) = m.old_ref{subject}"
+            ).collect()[0][0]
         finally:
             spark.catalog.dropTempView(view)
         if left:
@@ -92,18 +97,27 @@ def _rekey_stream(spark: SparkSession, layout: Layout, keyring: Keyring, name: s
     return {"streams_rekeyed": 1, "rows_reencrypted": updated, "keys_retired": len(retired)}
 
 
-def _merge(spark: SparkSession, table: Path, stream_id: str, view: str) -> int:
+def _merge(spark: SparkSession, table: Path, stream_id: str, view: str, protected: bool) -> int:
+    opened_subject = sql_decrypt("s.subject", "m.old_key", stream_id, "subject", seq_sql="s.seq", strict=True)
+    subject = f"CAST({opened_subject} AS STRING)" if protected else "s.subject"
+
     def again(column: str, field: str) -> str:
-        plain = sql_decrypt(f"s.{column}", "m.old_key", stream_id, field, seq_sql="s.seq", subject_sql="s.subject",
+        plain = sql_decrypt(f"s.{column}", "m.old_key", stream_id, field, seq_sql="s.seq", subject_sql=subject,
                             strict=True)
-        sealed = sql_encrypt(plain, "m.new_key", "m.new_ref", stream_id, field, seq_sql="s.seq", subject_sql="s.subject")
+        sealed = sql_encrypt(plain, "m.new_key", "m.new_ref", stream_id, field, seq_sql="s.seq", subject_sql=subject)
         return f"CASE WHEN s.{column} IS NULL THEN NULL ELSE {sealed} END"
 
+    columns = f"{again('data', 'data')} AS data, {again('headers', 'headers')} AS headers"
+    updates = "t.data = u.data, t.headers = u.headers"
+    if protected:
+        columns += ", " + sql_encrypt(opened_subject, "m.new_key", "m.new_ref", stream_id, "subject", seq_sql="s.seq") \
+            + " AS subject"
+        updates += ", t.subject = u.subject"
     row = spark.sql(
         f"MERGE INTO delta.`{table}` t USING ("
-        f"SELECT /*+ BROADCAST(m) */ s.seq AS seq, {again('data', 'data')} AS data, {again('headers', 'headers')} AS headers "
+        f"SELECT /*+ BROADCAST(m) */ s.seq AS seq, {columns} "
         f"FROM delta.`{table}` s JOIN {view} m ON substring(s.data, 1, 5) = m.old_ref"
-        ") u ON t.seq = u.seq WHEN MATCHED THEN UPDATE SET t.data = u.data, t.headers = u.headers"
+        f") u ON t.seq = u.seq WHEN MATCHED THEN UPDATE SET {updates}"
     ).collect()
     return int(row[0]["num_updated_rows"]) if row else 0
 

@@ -31,8 +31,10 @@ headers) is decrypted in its view for a key holder: `register_views(..., keyring
 stream's live data keys as an in-memory view (`_jetlake_keys_<stream id>`, broadcast to the tasks, so
 no key lands in a shuffle file) and the stream's view opens each value with Spark's built-in
 `try_aes_decrypt(..., 'GCM', 'DEFAULT', aad)`: the same columns as a plain stream's, NULL `data` for
-a value whose key was destroyed or that fails authentication. Without the keyring the view shows the
-ciphertext (`data`, and `headers` as binary), `text` is NULL, and a KV bucket's values view is not made.
+a value whose key was destroyed or that fails authentication. A stream whose subjects are protected
+has its `subject` opened the same way (NULL when its key was destroyed). Without the keyring the view
+shows the ciphertext (`data`, `headers`, and a protected `subject`, as binary), `text` is NULL, and a
+KV bucket's values view is not made.
 
 The views are SQL views over `delta.`<path>``: each query reads the tables' latest versions, so a
 session registered once keeps seeing new flushes and the jobs' rewrites. What is still in the
@@ -99,7 +101,8 @@ def register_views(spark: SparkSession, warehouse: str | Path | Layout, keyring:
             keys_view = KEYS_VIEW.format(stream_id=stream_id)
             keys = keyring.stream(stream_id, int(record["encryption"].get("key_tokens", 0))).sql_keys()
             spark.createDataFrame(keys, "key_ref binary, key binary").createOrReplaceTempView(keys_view)
-            spark.sql(_decrypted_view_sql(name, table, stream_id, max_age, tombstones, keys_view))
+            protected = bool(record["encryption"].get("protected_subjects", False))
+            spark.sql(_decrypted_view_sql(name, table, stream_id, max_age, tombstones, keys_view, protected))
         else:
             if encrypted:
                 log.warning("stream %s is encrypted and no key was given: its view shows ciphertext", name)
@@ -157,12 +160,17 @@ def _stream_view_sql(name: str, table: Path, stream_id: str, max_age_ns: int, to
 
 
 def _decrypted_view_sql(name: str, table: Path, stream_id: str, max_age_ns: int, tombstones: str | None,
-                        keys_view: str) -> str:
+                        keys_view: str, protected: bool = False) -> str:
     """An encrypted stream's view: the rows joined to their data key (by the key reference every sealed
-    value starts with), opened with Spark's `try_aes_decrypt`, in a plain stream's columns."""
-    data = sql_decrypt("s.data", "k.key", stream_id, "data", subject_sql="s.subject")
-    headers = sql_decrypt("s.headers", "k.key", stream_id, "headers", subject_sql="s.subject")
-    columns = (f"s.seq, s.subject, s.ts, from_json(CAST({headers} AS STRING), '{HEADERS_TYPE}') AS headers, "
+    value starts with), opened with Spark's `try_aes_decrypt`, in a plain stream's columns. Protected
+    subjects are opened first (the other values' associated data names the plain subject); a filter
+    on `subject` then runs after decryption, over every file (no partition pruning by subject)."""
+    subject = "s.subject"
+    if protected:
+        subject = f"CAST({sql_decrypt('s.subject', 'k.key', stream_id, 'subject')} AS STRING)"
+    data = sql_decrypt("s.data", "k.key", stream_id, "data", subject_sql=subject)
+    headers = sql_decrypt("s.headers", "k.key", stream_id, "headers", subject_sql=subject)
+    columns = (f"s.seq, {subject} AS subject, s.ts, from_json(CAST({headers} AS STRING), '{HEADERS_TYPE}') AS headers, "
                f"{data} AS data, s.size")
     join = f"LEFT JOIN {_ident(keys_view)} k ON {sql_key_ref('s.data')} = k.key_ref"
     inner = _live_rows_sql(table, stream_id, max_age_ns, tombstones, columns, join, hint="BROADCAST(k)")

@@ -35,7 +35,6 @@ from engine.store.base import Recovered, Removal, StoredMessage
 from engine.store.commits import TableCommitter, ensure_table, is_latest_version, latest_version, open_table
 from engine.store.layout import (
     PARTITION_COLUMN,
-    SEALED_STREAM_SCHEMA,
     STREAM_SCHEMA,
     STREAM_TABLE_PROPERTIES,
     TOMBSTONE_SCHEMA,
@@ -149,7 +148,8 @@ class DeltaStore:
         self.layout = layout
         self.stream = stream
         self.stream_id = stream_id
-        self.partitioner = Partitioner(partition_tokens)
+        keyed = sealer.keys.subject_hasher() if sealer is not None and sealer.protected else None
+        self.partitioner = Partitioner(partition_tokens, keyed=keyed)
         self.sync_always = sync_always
         self.table = layout.stream_table_location(stream)
         self.backlog = backlog or Backlog()
@@ -159,7 +159,8 @@ class DeltaStore:
         self.buffer = MessageBuffer(cache_bytes)
         self.sealer = sealer  # an encrypted stream (sealed.py): the log and the table hold sealed values
         self._unopened: dict[int, JetStreamError] = {}  # replayed messages whose values would not open
-        self.reads = TableReads(self.table, self.partitioner, cache_bytes, sealer.open if sealer else None)
+        self.reads = TableReads(self.table, self.partitioner, cache_bytes, sealer.open if sealer else None,
+                                sealer.open_subjects if sealer is not None and sealer.protected else None)
         self.index_cache_bytes = index_cache_bytes or cache_bytes // 2
         self._snapshot_key = layout.index_snapshot_key(stream)
         self._snapshot_at = time.monotonic()
@@ -196,7 +197,7 @@ class DeltaStore:
         with commit_lease(self.layout.lease_file(self.table), timeout=LIFECYCLE_LEASE_TIMEOUT):
             self.wal.destroy()
             self.layout.objects.delete_prefix(self.table.key)
-            schema = SEALED_STREAM_SCHEMA if self.sealer is not None else STREAM_SCHEMA
+            schema = self.sealer.schema if self.sealer is not None else STREAM_SCHEMA
             ensure_table(self.table, schema, [PARTITION_COLUMN], STREAM_TABLE_PROPERTIES, self.sync_always)
         self._table_version = latest_version(self.table)
         ensure_table(self.layout.tombstones, TOMBSTONE_SCHEMA, None, TOMBSTONE_TABLE_PROPERTIES, self.sync_always)
@@ -294,6 +295,8 @@ class DeltaStore:
         meta: dict[str, Any] = {"stream_id": self.stream_id, "flushed_seq": flushed_seq, "lsn": self.wal.next_lsn - 1,
                                 "partitions": sorted(self.partitioner.names())}
         arrays = index.to_arrays()
+        if self.sealer is not None:
+            arrays = self.sealer.seal_subject_arrays(arrays, flushed_seq)
         if dedup is not None:
             msg_ids, last_msg_id = dedup()
             packed = index_file.pack_msg_ids(msg_ids)
@@ -508,7 +511,7 @@ class DeltaStore:
         """
         recovered = Recovered()
         flushed_seq = 0
-        snapshot = index_file.read(self.layout.objects, self._snapshot_key)
+        snapshot = self._read_snapshot()
         current = snapshot is not None and self._snapshot_is_current(snapshot[0])
         if not current:
             self._table_version = latest_version(self.table)
@@ -560,6 +563,18 @@ class DeltaStore:
             self._remove_flushed(in_tables)
         recovered.index = index
         return recovered
+
+    def _read_snapshot(self) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
+        """The index snapshot, its sealed subject names opened (protected subjects); None when there is
+        none or they do not open (sealed under a key since retired): the index is rebuilt from the table."""
+        snapshot = index_file.read(self.layout.objects, self._snapshot_key)
+        if snapshot is None or self.sealer is None:
+            return snapshot
+        meta, arrays = snapshot
+        if not self.sealer.open_subject_arrays(arrays, int(meta.get("flushed_seq", 0))):
+            log.warning("stream %s: the index snapshot's subjects do not open: rebuilding from the table", self.stream)
+            return None
+        return snapshot
 
     def _sequences_maybe_lost(self) -> int:
         """How many sequences a damaged last record of the log may have held (no later record bounds

@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -62,6 +62,11 @@ STREAM_SCHEMA = pa.schema(
 # `msg_id` (a header, so content) stays null. The other columns are the plain stream's.
 SEALED_STREAM_SCHEMA = pa.schema(
     [pa.field("headers", pa.binary()) if f.name == "headers" else f for f in STREAM_SCHEMA]
+)
+# An encrypted stream whose subjects are protected (`jetlake.protected_subjects`): `subject` holds the
+# subject sealed in the same layout, and `subject_partition` a keyed hash (engine/keys/subjects.py).
+PROTECTED_STREAM_SCHEMA = pa.schema(
+    [pa.field("subject", pa.binary(), nullable=False) if f.name == "subject" else f for f in SEALED_STREAM_SCHEMA]
 )
 
 TOMBSTONE_SCHEMA = pa.schema(
@@ -128,6 +133,14 @@ NAMED_PARTITIONS = 48  # partition values named after a subject prefix, per stre
 HASHED_PARTITIONS = 16  # buckets for the prefixes beyond them: at most 64 partitions a stream
 
 
+class KeyedHash(Protocol):
+    """Keyed hashes of subject prefixes (engine/keys/subjects.py's SubjectHasher)."""
+
+    def digest(self, prefix: str) -> bytes: ...
+
+    def partition_value(self, prefix: str) -> str: ...
+
+
 class Partitioner:
     """A stream's partition values: the first `tokens` tokens of the subject (0: the whole subject, the
     layout of streams made before partitions were bounded, or of a stream that asks for it).
@@ -138,10 +151,15 @@ class Partitioner:
     are read back from the table and the log on restart (`known`), so the same prefix never lands in
     two places. A stream capturing a handful of prefixes (the common case, and every KV bucket and
     object store) therefore has one readable folder per prefix.
+
+    With `keyed` (a stream whose subjects are protected) a prefix's value is its keyed hash instead,
+    and the bucket of a prefix beyond the named ones is chosen by that hash too: no folder name is
+    computable from a subject without the stream's key.
     """
 
-    def __init__(self, tokens: int, known: set[str] | None = None) -> None:
+    def __init__(self, tokens: int, known: set[str] | None = None, keyed: KeyedHash | None = None) -> None:
         self.tokens = tokens
+        self.keyed = keyed
         self._named: set[str] = {p for p in (known or ()) if not p.startswith("~")}
         self._cache: dict[str, str] = {}
 
@@ -158,18 +176,45 @@ class Partitioner:
         if found is not None:
             return found
         if not self.tokens:
-            value = partition_value(subject)
+            value = self._named_value(subject)
         else:
-            prefix = partition_value(subject, self.tokens)
+            prefix = self._named_value(self._prefix(subject))
             if prefix in self._named or (len(self._named) < NAMED_PARTITIONS and not prefix.startswith("~")):
                 self._named.add(prefix)
                 value = prefix
             else:
-                value = "~%02d" % (int(hashlib.sha256(prefix.encode()).hexdigest()[:8], 16) % HASHED_PARTITIONS)
+                value = self._bucket(self._prefix(subject))
         if len(self._cache) > 65536:
             self._cache.clear()
         self._cache[subject] = value
         return value
+
+    def values_for(self, filter_subject: str) -> set[str] | None:
+        """The partition values that may hold subjects matching `filter_subject`, without assigning
+        any; None when any partition may (a wildcard within the partition's tokens)."""
+        head = filter_subject.split(".")
+        if self.tokens:
+            head = head[: self.tokens]  # a shorter subject's partition is the whole subject
+        if "*" in head or ">" in head:
+            return None
+        prefix = ".".join(head)
+        if not self.tokens:
+            return {self._named_value(prefix)}
+        return {self._named_value(prefix), self._bucket(prefix)}
+
+    def _prefix(self, subject: str) -> str:
+        return ".".join(subject.split(".")[: self.tokens])
+
+    def _named_value(self, prefix: str) -> str:
+        """A prefix's (or with 0 tokens a subject's) own partition value."""
+        return self.keyed.partition_value(prefix) if self.keyed is not None else partition_value(prefix)
+
+    def _bucket(self, prefix: str) -> str:
+        if self.keyed is not None:
+            number = int.from_bytes(self.keyed.digest(prefix)[:4], "big")
+        else:
+            number = int(hashlib.sha256(partition_value(prefix).encode()).hexdigest()[:8], 16)
+        return "~%02d" % (number % HASHED_PARTITIONS)
 
 
 def file_name(name: str, suffix: str) -> str:

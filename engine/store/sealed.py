@@ -15,6 +15,13 @@ that fail authentication) is reported for its message only (`Opened.errors`), an
 The index snapshot (index_file.py) is not encrypted; the duplicate window's message ids it carries
 for a restart are header content, so an encrypted stream's go into it sealed (`seal_msg_ids`), one
 value for the whole window: a restart opens that one value instead of every sealed header.
+
+Protected subjects (`protected`, the stream's `jetlake.protected_subjects`): the `subject` column of
+the log and the table holds each subject sealed too (field `subject`, with the key of its prefix, so
+shredding a prefix erases its subjects as well; PROTECTED_STREAM_SCHEMA), the partition values are
+keyed hashes (layout.py's Partitioner with the stream's subject key), and the snapshot's subject names
+and their hash slots go into it as one sealed value (`seal_subject_arrays`). Memory holds plain subjects:
+reads, filters and limits work as on any stream.
 Counterpart: the encrypted message blocks of server/filestore.go (`encryptMsgBlock`, `checkAndLoadEncryption`).
 """
 
@@ -30,7 +37,8 @@ import pyarrow as pa
 from engine import headers as hdr
 from engine.errors import JetStreamError
 from engine.keys import StreamKeys
-from engine.store.layout import SEALED_STREAM_SCHEMA, STREAM_SCHEMA
+from engine.store import index_file
+from engine.store.layout import PROTECTED_STREAM_SCHEMA, SEALED_STREAM_SCHEMA, STREAM_SCHEMA
 from engine.store.rows import RowGroup, Rows
 
 KIND_SEALED = 4  # write-ahead log record kinds (beside rows.py's KIND_ARROW, KIND_PACKED; delta.py's KIND_REMOVE)
@@ -39,7 +47,11 @@ SEALED_KINDS = (KIND_SEALED, KIND_SEALED_PACKED)
 SMALL = 64  # rows.py's ARROW_FROM
 KEY_REF_SIZE = 5  # engine/keys/cipher.py's HEADER_SIZE
 _SMALL = struct.Struct("<qqiIIII")  # seq, ts_ns, size, len(subject), len(partition), len(headers)+1 or 0, len(data)
-DATA, HEADERS = "data", "headers"
+DATA, HEADERS, SUBJECT = "data", "headers", "subject"
+ERASED_SUBJECT = ""  # what a protected subject whose key was destroyed reads as (its message is erased)
+SUBJECT_NAMES = "subject_names"  # the associated data's field of the snapshot's sealed subject names
+SEALED_SUBJECT_NAMES = "subject_names_sealed"  # the snapshot array that replaces the ones below
+_SUBJECT_ARRAYS = ("subject_arena", "subject_slots", "subject_slot_ids")  # subject_table.py: names and their hashes
 MSG_IDS = "msg_ids"  # the associated data's field of the snapshot's sealed duplicate window
 SEALED_MSG_IDS = "msg_id_sealed"  # the snapshot array that replaces index_file's `msg_id_bytes`
 _HEADERS_TYPE = STREAM_SCHEMA.field("headers").type
@@ -59,7 +71,7 @@ class SealedRows:
     """A small group's sealed values as lists: its log record, and its rows of the flush's batch."""
 
     first_seq: int
-    subjects: list[str]
+    subjects: list[str] | list[bytes]  # as stored: plain, or sealed (protected subjects)
     ts: list[int]  # ns
     sizes: list[int]
     partitions: list[str]
@@ -72,14 +84,16 @@ class SealedRows:
     def encode(self) -> bytes:
         parts: list[bytes] = []
         for i, subject in enumerate(self.subjects):
-            s, p, h, d = subject.encode(), self.partitions[i].encode(), self.headers[i], self.data[i] or b""
+            s = subject if isinstance(subject, bytes) else subject.encode()
+            p, h, d = self.partitions[i].encode(), self.headers[i], self.data[i] or b""
             head = _SMALL.pack(self.first_seq + i, self.ts[i], self.sizes[i], len(s), len(p),
                                0 if h is None else len(h) + 1, len(d))
             parts += (head, s, p, h or b"", d)
         return b"".join(parts)
 
     @classmethod
-    def decode(cls, payload: bytes) -> SealedRows:
+    def decode(cls, payload: bytes, protected: bool = False) -> SealedRows:
+        """A packed record back to lists; `protected` keeps the subjects as the sealed bytes they are."""
         rows = cls(0, [], [], [], [], [], [])
         view = memoryview(payload)
         offset = 0
@@ -88,7 +102,8 @@ class SealedRows:
             offset += _SMALL.size
             if not rows.subjects:
                 rows.first_seq = seq
-            rows.subjects.append(bytes(view[offset : offset + ls]).decode())
+            subject = bytes(view[offset : offset + ls])
+            rows.subjects.append(subject if protected else subject.decode())  # type: ignore[arg-type]
             offset += ls
             rows.partitions.append(bytes(view[offset : offset + lp]).decode())
             offset += lp
@@ -107,11 +122,11 @@ class SealedRows:
     def seqs(self) -> list[int]:
         return list(range(self.first_seq, self.first_seq + len(self.subjects)))
 
-    def to_batch(self, seqs: list[int]) -> pa.RecordBatch:
+    def to_batch(self, seqs: list[int], schema: pa.Schema = SEALED_STREAM_SCHEMA) -> pa.RecordBatch:
         return pa.RecordBatch.from_arrays(
             [
                 pa.array(seqs, pa.int64()),
-                pa.array(self.subjects, pa.string()),
+                pa.array(self.subjects, schema.field(SUBJECT).type),
                 pa.array(np.array(self.ts, np.int64) // 1000, _TS_TYPE),
                 pa.nulls(len(seqs), pa.string()),
                 pa.array(self.headers, pa.binary()),
@@ -119,15 +134,17 @@ class SealedRows:
                 pa.array(self.sizes, pa.int32()),
                 pa.array(self.partitions, pa.string()),
             ],
-            schema=SEALED_STREAM_SCHEMA,
+            schema=schema,
         )
 
 
 class Sealer:
     """Seals and opens one encrypted stream's rows; keeps each unflushed group's sealed batch for the flush."""
 
-    def __init__(self, keys: StreamKeys) -> None:
+    def __init__(self, keys: StreamKeys, protected: bool = False) -> None:
         self.keys = keys
+        self.protected = protected  # subjects sealed too, partition values keyed hashes
+        self.schema = PROTECTED_STREAM_SCHEMA if protected else SEALED_STREAM_SCHEMA
         self._sealed: dict[int, pa.RecordBatch | SealedRows] = {}  # by first seq, until flushed
 
     # -- the write path -----------------------------------------------------------------------
@@ -161,7 +178,7 @@ class Sealer:
         return pa.RecordBatch.from_arrays(
             [
                 pa.array(np.arange(rows.first_seq, rows.first_seq + n, dtype=np.int64)),
-                pa.array(subjects, pa.string()),
+                self._subject_column(seqs, subjects),
                 ts,
                 pa.nulls(n, pa.string()),
                 self._seal_headers(seqs, subjects, header_maps),
@@ -169,15 +186,23 @@ class Sealer:
                 sizes,
                 partitions,
             ],
-            schema=SEALED_STREAM_SCHEMA,
+            schema=self.schema,
         )
+
+    def _subject_column(self, seqs: range, subjects: list[str]) -> pa.Array:
+        if not self.protected:
+            return pa.array(subjects, pa.string())
+        return self.keys.seal_batch(SUBJECT, seqs, subjects, [s.encode() for s in subjects])
 
     def _seal_small(self, rows: Rows) -> SealedRows:
         seqs = range(rows.first_seq, rows.first_seq + len(rows))
         headers = [orjson.dumps(h) if h else None for h in rows.headers]
         sealed_headers = self.keys.seal_values(HEADERS, seqs, rows.subjects, headers) if any(headers) else headers
         data = self.keys.seal_values(DATA, seqs, rows.subjects, rows.data)
-        return SealedRows(rows.first_seq, rows.subjects, rows.ts, rows.sizes, rows.partitions, sealed_headers, data)
+        subjects: list[str] | list[bytes] = rows.subjects
+        if self.protected:
+            subjects = self.keys.seal_values(SUBJECT, seqs, rows.subjects, [s.encode() for s in rows.subjects])  # type: ignore[assignment]
+        return SealedRows(rows.first_seq, subjects, rows.ts, rows.sizes, rows.partitions, sealed_headers, data)
 
     def _seal_headers(self, seqs: range, subjects: list[str], maps: list[dict[str, list[str]] | None]) -> pa.Array:
         if maps.count(None) == len(maps):
@@ -199,12 +224,12 @@ class Sealer:
                 seqs += sealed.seqs()
                 continue
             if run is not None:
-                batches.append(run.to_batch(seqs))
+                batches.append(run.to_batch(seqs, self.schema))
                 run, seqs = None, []
             batches.append(sealed)
         if run is not None:
-            batches.append(run.to_batch(seqs))
-        return pa.Table.from_batches(batches, schema=SEALED_STREAM_SCHEMA)
+            batches.append(run.to_batch(seqs, self.schema))
+        return pa.Table.from_batches(batches, schema=self.schema)
 
     def forget_upto(self, seq: int) -> None:
         """Drops the sealed batches of groups the table holds now."""
@@ -217,8 +242,8 @@ class Sealer:
         """A log record back to plaintext rows (the sealed values are kept for the flush), and the
         messages that would not open (their rows hold an empty payload)."""
         if kind == KIND_SEALED_PACKED:
-            return self._decode_small(SealedRows.decode(payload))
-        batch = pa.ipc.read_record_batch(pa.py_buffer(payload), SEALED_STREAM_SCHEMA)
+            return self._decode_small(SealedRows.decode(payload, self.protected))
+        batch = pa.ipc.read_record_batch(pa.py_buffer(payload), self.schema)
         first = int(batch.column(0)[0].as_py()) if batch.num_rows else 0
         self._sealed[first] = batch
         opened = self.open(pa.Table.from_batches([batch]))
@@ -234,11 +259,15 @@ class Sealer:
     def _decode_small(self, small: SealedRows) -> tuple[Rows, dict[int, JetStreamError]]:
         self._sealed[small.first_seq] = small
         seqs = small.seqs()
-        data = self.keys.open_batch(DATA, seqs, small.subjects, small.data)
-        headers = self.keys.open_batch(HEADERS, seqs, small.subjects, small.headers)
+        errors: dict[int, JetStreamError] = {}
+        subjects: list[str] = small.subjects  # type: ignore[assignment]
+        if self.protected:
+            subjects = self._open_subjects(seqs, small.subjects, errors)
+        data = self.keys.open_batch(DATA, seqs, subjects, small.data)
+        headers = self.keys.open_batch(HEADERS, seqs, subjects, small.headers)
         maps = [orjson.loads(v) if v else None for v in headers.values]
-        errors = {seqs[i]: e for i, e in (*data.errors.items(), *headers.errors.items())}
-        rows = Rows(small.first_seq, small.subjects, small.ts, [hdr.first(m, hdr.MSG_ID) for m in maps], maps,
+        errors.update({seqs[i]: e for i, e in (*data.errors.items(), *headers.errors.items())})
+        rows = Rows(small.first_seq, subjects, small.ts, [hdr.first(m, hdr.MSG_ID) for m in maps], maps,
                     [d or b"" for d in data.values], small.sizes, small.partitions)
         return rows, errors
 
@@ -252,6 +281,32 @@ class Sealer:
         out = {name: a for name, a in arrays.items() if name != "msg_id_bytes"}
         out[SEALED_MSG_IDS] = np.frombuffer(sealed, np.uint8).copy()
         return out
+
+    def seal_subject_arrays(self, arrays: dict[str, np.ndarray], seq: int) -> dict[str, np.ndarray]:
+        """A protected stream's snapshot arrays with the subject names and their (unkeyed) hash slots as
+        one sealed value, bound to the stream and the snapshot's flushed `seq`; counts stay plain."""
+        if not self.protected:
+            return arrays
+        names = {name: arrays[name] for name in _SUBJECT_ARRAYS}
+        sealed = self.keys.seal_one(SUBJECT_NAMES, seq, "", index_file.encode({}, names))
+        out = {name: a for name, a in arrays.items() if name not in names}
+        out[SEALED_SUBJECT_NAMES] = np.frombuffer(sealed, np.uint8).copy()
+        return out
+
+    def open_subject_arrays(self, arrays: dict[str, np.ndarray], seq: int) -> bool:
+        """Puts the opened subject arrays back into `arrays`; False when a protected stream's snapshot has
+        none or they do not open (their key retired or destroyed): the caller rebuilds from the table."""
+        if not self.protected:
+            return True
+        sealed = arrays.pop(SEALED_SUBJECT_NAMES, None)
+        if sealed is None:
+            return False
+        try:
+            _, names = index_file.decode(self.keys.open_one(SUBJECT_NAMES, seq, "", sealed.tobytes()))
+        except (JetStreamError, ValueError):
+            return False
+        arrays.update(names)
+        return True
 
     def open_msg_ids(self, arrays: dict[str, np.ndarray], seq: int) -> tuple[str | None] | None:
         """Puts the opened ids back as `msg_id_bytes` into `arrays` and returns (last id,); None when the
@@ -267,12 +322,33 @@ class Sealer:
         arrays["msg_id_bytes"] = np.frombuffer(window["ids"].encode(), np.uint8).copy()
         return (window["last"],)
 
-    def open(self, table: pa.Table) -> Opened:
-        """Opens the sealed `data` and `headers` columns present in `table` (and fills `msg_id` from the
-        headers); the other columns pass through."""
+    def _open_subjects(self, seqs: list[int], values: pa.Array | list[bytes],
+                       errors: dict[int, JetStreamError]) -> list[str]:
+        """Protected subjects to plain ones; one that does not open reads as ERASED_SUBJECT, its error in `errors`."""
+        opened = self.keys.open_batch(SUBJECT, seqs, None, values)
+        errors.update((seqs[i], e) for i, e in opened.errors.items())
+        return [v.decode() if v is not None else ERASED_SUBJECT for v in opened.values]
+
+    def open_subjects(self, table: pa.Table) -> pa.Table:
+        """`table` with its `subject` column opened (a protected stream's; for the index, which keeps
+        plain subjects, and for scans by subject). Subjects that do not open (their key destroyed: the
+        message is erased) read as ERASED_SUBJECT."""
+        if not self.protected or not pa.types.is_binary(table.schema.field(SUBJECT).type):
+            return table
         seqs = table.column("seq").to_pylist()
-        subjects = table.column("subject").to_pylist()
+        plain = self._open_subjects(seqs, table.column(SUBJECT).combine_chunks(), {})
+        return table.set_column(table.column_names.index(SUBJECT), SUBJECT, pa.array(plain, pa.string()))
+
+    def open(self, table: pa.Table) -> Opened:
+        """Opens the sealed `subject` (protected), `data` and `headers` columns present in `table` (and
+        fills `msg_id` from the headers); the other columns pass through."""
+        seqs = table.column("seq").to_pylist()
         errors: dict[int, JetStreamError] = {}
+        if self.protected and pa.types.is_binary(table.schema.field(SUBJECT).type):
+            subjects = self._open_subjects(seqs, table.column(SUBJECT).combine_chunks(), errors)
+            table = table.set_column(table.column_names.index(SUBJECT), SUBJECT, pa.array(subjects, pa.string()))
+        else:
+            subjects = table.column(SUBJECT).to_pylist()
         if DATA in table.column_names:
             batch = self.keys.open_batch(DATA, seqs, subjects, table.column(DATA).combine_chunks())
             errors.update((seqs[i], e) for i, e in batch.errors.items())
@@ -294,10 +370,10 @@ class Sealer:
 def key_refs(kind: int, payload: bytes) -> set[bytes]:
     """The key references of the sealed values in one log record (which keys its messages still need)."""
     if kind == KIND_SEALED_PACKED:
-        small = SealedRows.decode(payload)
+        small = SealedRows.decode(payload, protected=True)  # the subjects stay bytes, sealed or not
         values = [v for v in (*small.data, *small.headers) if v]
     elif kind == KIND_SEALED:
-        batch = pa.ipc.read_record_batch(pa.py_buffer(payload), SEALED_STREAM_SCHEMA)
+        batch = pa.ipc.read_record_batch(pa.py_buffer(payload), PROTECTED_STREAM_SCHEMA)
         values = [v for column in (DATA, HEADERS) for v in batch.column(column).to_pylist() if v]
     else:
         return set()
@@ -308,9 +384,9 @@ def seq_range(kind: int, payload: bytes) -> tuple[int, int] | None:
     """The first and last sequence of a sealed log record (None for another kind), without opening a
     value: what the erase job needs to know of a log it cannot decrypt."""
     if kind == KIND_SEALED_PACKED:
-        seqs = SealedRows.decode(payload).seqs()
+        seqs = SealedRows.decode(payload, protected=True).seqs()
     elif kind == KIND_SEALED:
-        seqs = pa.ipc.read_record_batch(pa.py_buffer(payload), SEALED_STREAM_SCHEMA).column("seq").to_pylist()
+        seqs = pa.ipc.read_record_batch(pa.py_buffer(payload), PROTECTED_STREAM_SCHEMA).column("seq").to_pylist()
     else:
         return None
     return (seqs[0], seqs[-1]) if seqs else None

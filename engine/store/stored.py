@@ -7,7 +7,8 @@ asked) of the files whose partition may hold a matching subject, by the table's 
 It is rare (an erasure request) and reads the table: callers run it off the event loop and outside
 the stream's lock. Subject syntax stays with the caller, which passes two predicates; so do keys: an
 encrypted stream's values are ciphertext here, and the caller passes the function that opens them
-(`OpenRows`) when it needs the data. Counterpart:
+(`OpenRows`) when it needs the data, and the one that opens protected subjects (`open_subjects`)
+before they are matched. Counterpart:
 none (nats-server erases a message in place in its block).
 """
 
@@ -47,6 +48,7 @@ def scan(
     above: int = 0,
     with_data: bool = False,
     open_rows: OpenRows | None = None,
+    open_subjects: Callable[[pa.Table], pa.Table] | None = None,
 ) -> StoredRows:
     """The rows with `seq > above` whose subject satisfies `match`, in files whose partition value
     satisfies `partition_match` (a partition is a subject or its first tokens; the caller decides).
@@ -69,6 +71,8 @@ def scan(
             continue
         rows = pq.read_table(table.file(unquote(path)), columns=columns, filesystem=table.filesystem)
         out.files_read += 1
+        if open_subjects is not None:
+            rows = open_subjects(rows)
         _collect(rows, match, above, out.rows, open_rows)
     return out
 

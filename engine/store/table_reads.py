@@ -7,7 +7,7 @@ are kept in a byte-bounded LRU (a KV get after a restart costs no I/O the second
 (engine/index.py) reads its block details here: the `seq`, `subject`, `size` and `ts` columns of the
 rows in a range of sequences, without payloads. An encrypted stream's reads open what they decode
 (`opener`, engine/store/sealed.py): decoded row groups hold plaintext, and a message whose values do
-not open answers its own error. A file that a maintenance job replaced and vacuumed
+not open answers its own error; protected subjects are opened for the index too (`subject_opener`). A file that a maintenance job replaced and vacuumed
 meanwhile is met as missing: the file list is read again and the read retried once.
 Counterpart: the block loads of server/filestore.go (`loadMsgs`, `cacheLookup`).
 """
@@ -153,7 +153,7 @@ class TableReads:
     flusher marks the table changed from its own thread."""
 
     def __init__(self, table: TableLocation, partition_of: Callable[[str], str], cache_bytes: int,
-                 opener: Opener | None = None) -> None:
+                 opener: Opener | None = None, subject_opener: Callable[[pa.Table], pa.Table] | None = None) -> None:
         self.table = table
         self.partition_of = partition_of
         self._files = _FileMap()
@@ -162,6 +162,7 @@ class TableReads:
         self._windows: list[tuple[int, int, _Window]] = []
         self._window_hint: tuple[int, int, _Window] | None = None
         self._opener = opener
+        self._subject_opener = subject_opener  # protected subjects: the index rows' subjects opened
         self._row_groups = _RowGroups(cache_bytes, table.filesystem, opener)
 
     def changed(self) -> None:
@@ -263,6 +264,8 @@ class TableReads:
         if len(seqs) > 1 and (np.diff(seqs) < 0).any():  # delta-rs does not keep the input order in a file
             table = table.sort_by("seq")
         table = _once_per_seq(table)
+        if self._subject_opener is not None:
+            table = self._subject_opener(table)
         return (
             table.column("seq").to_numpy().astype(np.int64),
             table.column("subject").combine_chunks(),
