@@ -1,6 +1,7 @@
 """The consumers of an account: lifecycle, durable state, pulls, acks, interest and work-queue retention.
 
-Consumer configs live in `_system/consumers/<stream>/<name>.json`; their state is the ack table's
+Consumer configs live in `_system/consumers/<stream>/<name>.json` (the config sealed on a stream whose
+subjects are protected: its filters name subjects); their state is the ack table's
 events (engine/store/acks.py), replayed on start. A pull or an ack changes state under the stream's
 lock and takes its events' place in the ack log under that lock too, so the log holds them in the
 order they changed the state (a snapshot never folds an event it does not hold); the caller is
@@ -40,6 +41,7 @@ from engine.store.layout import Layout
 from engine.store.leases import Lease
 
 if TYPE_CHECKING:
+    from engine.store.sealed import Sealer
     from engine.stream import Stream
 
 log = logging.getLogger(__name__)
@@ -71,7 +73,7 @@ class Consumers:
         for stream in streams.values():
             for key in configs.get(self.layout.consumer_configs_key(stream.name), []):
                 record = orjson.loads(self.layout.objects.get(key).data)
-                config = parse_consumer_config(record["config"])
+                config = parse_consumer_config(_config_json(stream, record))
                 consumer = Consumer(stream, config, record["name"], record["consumer_id"], record["created"], record["ephemeral"])
                 history = histories.get(consumer.consumer_id)
                 consumer.restore(history.snapshot if history and history.snapshot else record["start"])
@@ -173,7 +175,7 @@ class Consumers:
 
     def _write_config(self, consumer: Consumer) -> None:
         record = {
-            "config": consumer.config.to_json(),
+            **_config_field(consumer.stream, consumer.name, consumer.config.to_json()),
             "name": consumer.name,
             "consumer_id": consumer.consumer_id,
             "created": consumer.created_ns,
@@ -389,3 +391,27 @@ def _named(config: ConsumerConfig, name: str) -> ConsumerConfig:
     named = config.model_copy()
     named.name = name
     return named
+
+
+def _protecting_sealer(stream: Stream) -> Sealer | None:
+    sealer: Sealer | None = getattr(stream.store, "sealer", None)
+    return sealer if sealer is not None and sealer.protected else None
+
+
+def _config_field(stream: Stream, name: str, config: dict[str, Any]) -> dict[str, Any]:
+    """A consumer's config for its record: sealed on a stream whose subjects are protected (its filter
+    subjects would otherwise reach the warehouse in clear; engine/store/sealed.py)."""
+    sealer = _protecting_sealer(stream)
+    if sealer is None:
+        return {"config": config}
+    return {"config_sealed": sealer.seal_config(f"consumer:{name}", config)}
+
+
+def _config_json(stream: Stream, record: dict[str, Any]) -> Any:
+    if "config_sealed" not in record:
+        return record["config"]
+    sealer = _protecting_sealer(stream)
+    if sealer is None:
+        raise RuntimeError(f"consumer {record['name']} of stream {stream.name} has a sealed config and the "
+                           "stream has no key")
+    return sealer.open_config(f"consumer:{record['name']}", record["config_sealed"])

@@ -301,8 +301,9 @@ class JetStream:
             encryption.check_create(config, self.keyring)
             sealed = self.keyring is not None and config.storage != "memory"
             key_tokens = encryption.key_tokens(config) if sealed else None
-            stream = self._new_stream(config, self.clock.now_ns(), uuid.uuid4().hex, config.partition_tokens, key_tokens,
-                                      encryption.protected_subjects(config))
+            protected = encryption.protected_subjects(config)
+            stream = self._new_stream(config, self.clock.now_ns(), uuid.uuid4().hex, config.partition_tokens,
+                                      key_tokens, protected)
             if isinstance(stream.store, DeltaStore):
                 try:
                     stream.store.create()

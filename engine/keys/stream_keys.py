@@ -25,15 +25,18 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from engine.clock import Clock
 from engine.keys import keyfile
 from engine.keys.cipher import DATA_KEY_SIZE, DataKey, OpenedBatch, Payloads, associated_data, associated_data_batch
 from engine.keys.cipher import key_ref, open_batch, seal, seal_batch
-from engine.keys.errors import KeyDestroyedError, KeyringCorruptError, UnknownKeyError
+from engine.keys.errors import KeyDestroyedError, KeyringCorruptError, UnknownKeyError, ValueAuthenticationError
 from engine.keys.keyfile import DATA, SUBJECT_HASH, KeyRecord, StreamFile
 from engine.keys.master import AccountKeys
-from engine.keys.nonces import NonceSource
+from engine.keys.nonces import NONCE_SIZE, NonceSource
 from engine.keys.subjects import SubjectHasher, key_prefix
 from engine.store import failpoints
 
@@ -43,6 +46,7 @@ if TYPE_CHECKING:
 FIRST_EPOCH = 1
 CACHE_SIZE = 4096
 SUBJECT = "subject"
+CONFIG_VERSION = 1  # the layout of `seal_config`'s values
 ROTATE_FAILPOINT = "keys.rotate"  # engine/store/failpoints.py: the epoch record's durable append
 
 
@@ -66,6 +70,7 @@ class StreamKeys:
         self._cache: OrderedDict[int, DataKey] = OrderedDict()
         self._by_tag: dict[tuple[int, bytes], int] = {}
         self._hasher: SubjectHasher | None = None
+        self._config_cipher: AESGCM | None = None
         self._destroyed_all = False
         self._tag = lru_cache(maxsize=65536)(self._compute_tag)
         with files.locked():
@@ -156,11 +161,46 @@ class StreamKeys:
         """Keyed hashes with this stream's subject key (partition values of protected subjects)."""
         with self._lock:
             if self._hasher is None:
-                record = next((r for r in self._state.keys.values() if r.purpose == SUBJECT_HASH), None)
-                if record is None:
-                    raise KeyringCorruptError(f"{self._path} has no subject key")
-                self._hasher = SubjectHasher(self._unwrap(record))
+                self._hasher = SubjectHasher(self._subject_key())
             return self._hasher
+
+    def seal_config(self, name: str, payload: bytes) -> bytes:
+        """Seals a record of the stream's own (a consumer's config, whose filters name subjects) with the
+        config key: HKDF of the subject key, so, like the partition values, it outlives rotations (a
+        config is rewritten only when it changes, and must open after older epochs are destroyed).
+        Layout: version ‖ 12-byte nonce ‖ ciphertext ‖ tag; bound to the stream and `name`."""
+        nonce = self._nonces.one()
+        return bytes([CONFIG_VERSION]) + nonce + self._config_aead().encrypt(nonce, payload, self._config_aad(name))
+
+    def open_config(self, name: str, value: bytes) -> bytes:
+        """Raises ValueAuthenticationError for a value that is not `name`'s, KeyDestroyedError when the
+        stream's keys are gone."""
+        if len(value) < 1 + NONCE_SIZE + 16 or value[0] != CONFIG_VERSION:
+            raise ValueAuthenticationError("not a sealed config of a known layout")
+        try:
+            nonce, sealed = value[1 : 1 + NONCE_SIZE], value[1 + NONCE_SIZE :]
+            return self._config_aead().decrypt(nonce, sealed, self._config_aad(name))
+        except InvalidTag:
+            raise ValueAuthenticationError("a sealed config failed authentication") from None
+
+    def _config_aad(self, name: str) -> bytes:
+        return f"{self.stream_id}:config:{name}".encode()
+
+    def _config_aead(self) -> AESGCM:
+        with self._lock:
+            if self._config_cipher is None:
+                info = b"jetlake stream configs " + self.stream_id.encode()
+                key = HKDF(hashes.SHA256(), DATA_KEY_SIZE, None, info).derive(self._subject_key())
+                self._config_cipher = AESGCM(key)
+            return self._config_cipher
+
+    def _subject_key(self) -> bytes:
+        if self._destroyed_all:
+            raise KeyDestroyedError(0)
+        record = next((r for r in self._state.keys.values() if r.purpose == SUBJECT_HASH), None)
+        if record is None:
+            raise KeyringCorruptError(f"{self._path} has no subject key")
+        return self._unwrap(record)
 
     def sql_keys(self) -> list[tuple[bytes, bytes]]:
         """(key_ref, key) of every live data key, for a key holder's SQL session (never written down)."""
@@ -224,6 +264,7 @@ class StreamKeys:
             self._state = StreamFile(epoch=self._state.epoch)
             self._by_tag.clear()
             self._hasher = None
+            self._config_cipher = None
 
     def _record(self, key_id: int) -> KeyRecord:
         record = self._state.keys.get(key_id)

@@ -27,6 +27,7 @@ Counterpart: the encrypted message blocks of server/filestore.go (`encryptMsgBlo
 
 from __future__ import annotations
 
+import base64
 import struct
 from dataclasses import dataclass, field
 
@@ -201,7 +202,8 @@ class Sealer:
         data = self.keys.seal_values(DATA, seqs, rows.subjects, rows.data)
         subjects: list[str] | list[bytes] = rows.subjects
         if self.protected:
-            subjects = self.keys.seal_values(SUBJECT, seqs, rows.subjects, [s.encode() for s in rows.subjects])  # type: ignore[assignment]
+            plain: list[bytes | None] = [s.encode() for s in rows.subjects]
+            subjects = self.keys.seal_values(SUBJECT, seqs, rows.subjects, plain)  # type: ignore[assignment]
         return SealedRows(rows.first_seq, subjects, rows.ts, rows.sizes, rows.partitions, sealed_headers, data)
 
     def _seal_headers(self, seqs: range, subjects: list[str], maps: list[dict[str, list[str]] | None]) -> pa.Array:
@@ -307,6 +309,15 @@ class Sealer:
             return False
         arrays.update(names)
         return True
+
+    def seal_config(self, name: str, config: dict[str, object]) -> str:
+        """A config of the stream's (a consumer's: its filters name subjects) as one sealed value in
+        base64, for a JSON record; see StreamKeys.seal_config."""
+        return base64.b64encode(self.keys.seal_config(name, orjson.dumps(config))).decode()
+
+    def open_config(self, name: str, text: str) -> dict[str, object]:
+        opened: dict[str, object] = orjson.loads(self.keys.open_config(name, base64.b64decode(text)))
+        return opened
 
     def open_msg_ids(self, arrays: dict[str, np.ndarray], seq: int) -> tuple[str | None] | None:
         """Puts the opened ids back as `msg_id_bytes` into `arrays` and returns (last id,); None when the

@@ -7,8 +7,9 @@ are kept in a byte-bounded LRU (a KV get after a restart costs no I/O the second
 (engine/index.py) reads its block details here: the `seq`, `subject`, `size` and `ts` columns of the
 rows in a range of sequences, without payloads. An encrypted stream's reads open what they decode
 (`opener`, engine/store/sealed.py): decoded row groups hold plaintext, and a message whose values do
-not open answers its own error; protected subjects are opened for the index too (`subject_opener`). A file that a maintenance job replaced and vacuumed
-meanwhile is met as missing: the file list is read again and the read retried once.
+not open answers its own error; protected subjects are opened for the index too (`subject_opener`).
+A file that a maintenance job replaced and vacuumed meanwhile is met as missing: the file list is read
+again and the read retried once.
 Counterpart: the block loads of server/filestore.go (`loadMsgs`, `cacheLookup`).
 """
 

@@ -107,7 +107,8 @@ def test_no_subject_in_clear_and_every_read_works(warehouse: Path, clock: Manual
         js.flush()
         table = DeltaTable(str(js.layout.stream_table("SECRETS")))
         assert table.schema().to_arrow().field("subject").type == PROTECTED_STREAM_SCHEMA.field("subject").type
-        partitions = set(pa.table(table.get_add_actions(flatten=True)).column("partition.subject_partition").to_pylist())
+        actions = pa.table(table.get_add_actions(flatten=True))
+        partitions = set(actions.column("partition.subject_partition").to_pylist())
         hasher = js.stream("SECRETS").store.sealer.keys.subject_hasher()
         assert partitions == {hasher.partition_value(f"s.{MARK}"), hasher.partition_value("s.other")}
         rows = pq.read_table(js.layout.stream_table("SECRETS"), columns=["subject"]).column("subject").to_pylist()
@@ -204,6 +205,32 @@ def test_shredding_a_protected_prefix_and_rebuilding_without_a_snapshot(warehous
         assert js.stream_info("USERS", subjects_filter=">")["state"]["subjects"] == {f"users.2.{MARK}": 2}
         js.publish_one(f"users.1.{MARK}", b"a new life")
         assert stream.last_by_subject(f"users.1.{MARK}").data == b"a new life"
+    finally:
+        js.close()
+    assert not leaks(warehouse)
+
+
+def test_consumer_configs_are_sealed_and_reopen(warehouse: Path, clock: ManualClock) -> None:
+    js = open_engine(warehouse, clock)
+    try:
+        publish(js)
+        js.add_consumer("SECRETS", {"durable_name": "reader", "filter_subject": f"s.{MARK}.a.>",
+                                    "ack_policy": "explicit"})
+        assert [d.msg.seq for d in js.fetch("SECRETS", "reader", 10)] == [1, 3]
+        js.kv.create({"bucket": "cfg", "metadata": PROTECTED})
+        js.kv.put("cfg", f"{MARK}.db", b"v")
+        js.add_consumer("KV_cfg", {"name": "watcher", "filter_subject": f"$KV.cfg.{MARK}.db"})
+        js.flush()
+    finally:
+        js.close()
+    assert not leaks(warehouse)
+    js = open_engine(warehouse, clock)
+    try:
+        info = js.consumer_info("SECRETS", "reader")
+        assert info["config"]["filter_subject"] == f"s.{MARK}.a.>" and info["num_ack_pending"] == 2
+        assert js.consumer_info("KV_cfg", "watcher")["config"]["filter_subject"] == f"$KV.cfg.{MARK}.db"
+        js.publish_one(f"s.{MARK}.a.9", b"later")
+        assert [d.msg.seq for d in js.fetch("SECRETS", "reader", 10)] == [108]
     finally:
         js.close()
     assert not leaks(warehouse)
