@@ -172,6 +172,10 @@ def test_kv_and_object_store_hide_keys_and_names(warehouse: Path, clock: ManualC
         registry(js.layout).erase_key(js.kv, "cfg", f"s.{MARK}.db")
         with pytest.raises(JetStreamError):
             js.kv.get("cfg", f"s.{MARK}.db")
+        js.objects.delete("files", f"{MARK}-report.pdf")  # its chunks and first info stay in the table only
+        js.flush()
+        answer = registry(js.layout).erase_object(js.objects, "files", f"{MARK}-report.pdf")
+        assert answer["messages"] == 9 + 2  # found by their sealed subjects, in their keyed partitions
     finally:
         js.close()
     assert not leaks(warehouse)
