@@ -13,7 +13,9 @@ keyring holds keys of older epochs, under the table's commit lease (the gateway'
    the other values' associated data names);
 3. counts that no row names an older key any more, and destroys the older epochs' keys
    (`retire_epochs_before`): the replaced files, until a vacuum removes them, hold nothing anyone can open.
-A value that does not open fails the stream's step (nothing is retired), not the job.
+A value that does not open fails the stream's step (nothing is retired), not the job. Each step is one
+Delta commit or one keyring rewrite, so a run killed anywhere is finished by the next one (failpoints
+`rekey.merge` and `rekey.merged`, before and after the MERGE; tests/keys/test_rekey_kill.py).
 The keys reach Spark only as an in-memory broadcast view.
 """
 
@@ -29,7 +31,7 @@ from engine.keys import Keyring, sql_decrypt, sql_encrypt
 from engine.store.layout import Layout
 from engine.store.sealed import key_refs
 from engine.store.wal import SUFFIX, read_segment
-from jobs.tables import LeaseTimes, leased
+from jobs.tables import LeaseTimes, leased, reached
 
 log = logging.getLogger("jetlake.jobs.rekey")
 
@@ -81,7 +83,9 @@ def _rekey_stream(spark: SparkSession, layout: Layout, keyring: Keyring, name: s
         spark.createDataFrame(pairs, "old_ref binary, old_key binary, new_ref binary, new_key binary") \
             .createOrReplaceTempView(view)
         try:
+            reached("rekey.merge")
             updated = _merge(spark, table, stream_id, view, protected)
+            reached("rekey.merged")
             subject = " OR substring(s.subject, 1, 5) = m.old_ref" if protected else ""
             left = spark.sql(
                 f"SELECT /*+ BROADCAST(m) */ count(*) FROM delta.`{table}` s JOIN {view} m "
