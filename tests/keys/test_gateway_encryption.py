@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from engine.encryption import PROTECTED_SUBJECTS_KEY
 from tests.gateway import JETLAKE, Gateway
 
 MARKER = "Wq4-gateway-marker"
@@ -83,7 +84,19 @@ def test_an_account_key_of_its_own(tmp_path: Path, warehouse: Path) -> None:
         with gateway.client(auth=("shop", "pw")) as shop, gateway.client(auth=("open", "pw")) as plain:
             publish_and_read(shop)
             publish_and_read(plain)
+            protected = {"name": "HIDDEN", "subjects": ["hidden.>"], "metadata": {PROTECTED_SUBJECTS_KEY: "true"}}
+            refused = plain.post("/v1/streams", json=protected)  # an account without a key protects nothing
+            assert refused.status_code == 400 and refused.json()["error"]["err_code"] == 10052, refused.text
+            assert "no key" in refused.json()["error"]["description"]
+            assert plain.get("/v1/streams/HIDDEN").status_code == 404
+            assert shop.post("/v1/streams", json=protected).status_code == 201
+            changed = shop.put("/v1/streams/HIDDEN", json={**protected, "metadata": {}})
+            assert changed.status_code == 400 and changed.json()["error"]["err_code"] == 10052, changed.text
+            resp = shop.post("/v1/publish", json={"messages": [{"subject": f"hidden.{MARKER}", "text": "h"}]})
+            assert resp.status_code == 200, resp.text
             assert shop.post("/v1/flush").json()["success"] and plain.post("/v1/flush").json()["success"]
+            found = shop.get("/v1/streams/HIDDEN/messages", params={"last_by_subj": f"hidden.{MARKER}"})
+            assert found.json()["message"]["subject"] == f"hidden.{MARKER}", found.text
     finally:
         gateway.stop()
     assert MARKER.encode() not in b"".join(files(warehouse / "SHOP").values())
