@@ -14,7 +14,8 @@ from engine.store.objectstore.base import (
     PreconditionFailedError,
     StoredObject,
 )
-from engine.store.objectstore.location import S3Settings, WarehouseLocation, to_delta_uri, to_spark_uri
+from engine.store.objectstore.location import WarehouseLocation, to_delta_uri, to_spark_uri
+from engine.store.objectstore.s3_settings import S3Settings
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",

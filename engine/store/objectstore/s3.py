@@ -32,7 +32,7 @@ from engine.store.objectstore.base import (
     check_key,
     check_prefix,
 )
-from engine.store.objectstore.location import S3Settings
+from engine.store.objectstore.s3_settings import S3Settings
 
 CLIENT_OPTIONS = {"connect_timeout": "5s", "timeout": "30s"}
 
