@@ -26,27 +26,26 @@ from api.nats import protocol as p
 from api.nats import system
 from api.nats.errors import error_body
 from api.nats.jsapi import API, TYPE, JetStreamApi, response_kind
-from api.nats.subscriptions import Sublist, Subscription
-from api.nats.writes import Writes
+from api.nats.subscriptions import Client, Sublist, Subscription
 from engine.accounts.limits import not_enabled
 from engine.subjects import is_valid_publish_subject
 
 if TYPE_CHECKING:
-    from api.nats.connection import Connection
     from api.waiters import Waiters
     from engine import JetStream
 
 
 class AccountSpace:
-    """The subjects, subscriptions and JetStream of one account (see the module docstring)."""
+    """The subjects, subscriptions and JetStream of one account (see the module docstring); the
+    `Router` its JetStream API sends through, and what a connection's `Client` side is routed by."""
 
     def __init__(self, name: str, engine: JetStream | None, loop: asyncio.AbstractEventLoop) -> None:
         self.name = name
         self.engine = engine
         self.loop = loop
         self.sublist = Sublist()
-        self.writes = Writes(self, engine) if engine is not None else None
         self.js = JetStreamApi(self, engine) if engine is not None else None
+        self.writes = self.js.writes if self.js is not None else None
 
     def start(self, waiters: Waiters) -> None:
         if self.js is not None:
@@ -66,7 +65,7 @@ class AccountSpace:
     def unsubscribe(self, sub: Subscription) -> None:
         self.sublist.remove(sub)
 
-    def forget(self, conn: Connection) -> None:
+    def forget(self, conn: Client) -> None:
         """A closed connection: its subscriptions and queued writes leave the account."""
         for sub in conn.subs.values():
             self.sublist.remove(sub)
@@ -74,13 +73,13 @@ class AccountSpace:
         if self.writes is not None:
             self.writes.forget(conn)
 
-    def after_read(self, conn: Connection) -> None:
+    def after_read(self, conn: Client) -> None:
         if self.writes is not None:
             self.writes.submit(conn)
 
     # -- routing ------------------------------------------------------------------------------
 
-    def publish(self, origin: Connection, subject_b: bytes, subject: str, reply: bytes | None, hdr: bytes | None, payload: bytes) -> None:
+    def publish(self, origin: Client, subject_b: bytes, subject: str, reply: bytes | None, hdr: bytes | None, payload: bytes) -> None:
         """A client's PUB/HPUB: subscribers, the JetStream API, the capturing stream; else no responders."""
         once = subject.startswith("$JS.ACK.")  # every ack subject is used once: not worth a cache entry
         delivered = self.route(origin, subject_b, subject, reply, hdr, payload, cache=not once)
@@ -109,7 +108,7 @@ class AccountSpace:
         return True
 
     def route(
-        self, origin: Connection | None, subject_b: bytes, subject: str, reply: bytes | None, hdr: bytes | None,
+        self, origin: Client | None, subject_b: bytes, subject: str, reply: bytes | None, hdr: bytes | None,
         payload: bytes, cache: bool = True,
     ) -> bool:
         match = self.sublist.match(subject, cache)
@@ -138,7 +137,7 @@ class AccountSpace:
         if reply:
             self.route(None, reply, reply.decode("utf-8", "surrogateescape"), None, hdr, payload)
 
-    def no_responders(self, origin: Connection, subject: str, reply: bytes) -> None:
+    def no_responders(self, origin: Client, subject: str, reply: bytes) -> None:
         """The 503 status to the publisher's own subscription on the reply subject (none: nothing)."""
         match = self.sublist.match(reply.decode("utf-8", "surrogateescape"))
         for sub in match.plain + tuple(s for g in match.groups for s in g):

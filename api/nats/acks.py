@@ -17,26 +17,29 @@ import re
 import time
 from typing import TYPE_CHECKING
 
+from api.nats.advisories import Advisories
 from api.nats.messages import loads_or_none
-from api.nats.writes import Ack
+from api.nats.pull import Pulls
+from api.nats.writes import Ack, Writes
 from engine import JetStreamError
 
 if TYPE_CHECKING:
-    from api.nats.connection import Connection
+    from api.nats.subscriptions import Client
+    from engine import JetStream
     from engine.consumer import Consumer
-    from api.nats.jsapi import JetStreamApi
 
 NS = 1_000_000_000
 _NAK = b"-NAK"
 
 
 class Acks:
-    def __init__(self, api: JetStreamApi) -> None:
-        self.api = api
-        self.server = api.server
-        self.engine = api.engine
+    def __init__(self, engine: JetStream, advisories: Advisories, writes: Writes, pulls: Pulls) -> None:
+        self.engine = engine
+        self.advisories = advisories
+        self.writes = writes
+        self.pulls = pulls
 
-    def handle(self, conn: Connection, subject: str, reply: bytes | None, payload: bytes) -> bool:
+    def handle(self, conn: Client, subject: str, reply: bytes | None, payload: bytes) -> bool:
         """`$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>` (or the v2 form)."""
         tokens = subject.split(".")
         if len(tokens) == 9:
@@ -57,7 +60,7 @@ class Acks:
             pass
         elif body.startswith(_NAK):
             kind, delay = "nak", _nak_delay(body[len(_NAK) :].strip())
-            self.api.advisories.naked(stream, consumer, int(seq), int(delivered))
+            self.advisories.naked(stream, consumer, int(seq), int(delivered))
         elif body == b"+WPI":
             kind = "wpi"
         elif body.startswith(b"+TERM"):
@@ -71,11 +74,9 @@ class Acks:
         if kind == "ack" and target.config.sample_freq:
             self._sample(target, stream, consumer, int(seq), int(delivered))
         ack = Ack(stream, consumer, int(seq), kind, delay, None if next_request is not None else reply, reason, int(delivered))
-        writes = self.server.writes
-        assert writes is not None  # acks exist only in an account with JetStream
-        writes.ack(conn, ack)
+        self.writes.ack(conn, ack)
         if next_request is not None and reply:
-            self.api.pulls.request(stream, consumer, reply, next_request)
+            self.pulls.request(stream, consumer, reply, next_request)
         return True
 
 
@@ -85,7 +86,7 @@ class Acks:
         if pending is None or not _sampled(target.config.sample_freq or ""):
             return
         ack_time = time.time_ns() - pending.delivered_at
-        self.api.advisories.ack_metric(stream, consumer, pending.consumer_seq, seq, ack_time, delivered)
+        self.advisories.ack_metric(stream, consumer, pending.consumer_seq, seq, ack_time, delivered)
 
 
 def _sampled(sample_freq: str) -> bool:

@@ -16,7 +16,7 @@ import orjson
 from engine.info import rfc3339
 
 if TYPE_CHECKING:
-    from api.nats.account import AccountSpace
+    from api.nats.subscriptions import Router
 
 PREFIX = "$JS.EVENT.ADVISORY."
 TYPE = "io.nats.jetstream.advisory.v1."
@@ -25,7 +25,7 @@ METRIC_TYPE = "io.nats.jetstream.metric.v1.consumer_ack"
 
 
 class Advisories:
-    def __init__(self, server: AccountSpace) -> None:
+    def __init__(self, server: Router) -> None:
         self.server = server
 
     def _send(self, subject: str, kind: str, fields: dict[str, Any], event_type: str = "") -> None:

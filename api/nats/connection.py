@@ -5,7 +5,9 @@ one loop with at most one copy per payload, and what the connection sends in one
 written with one `write` (the first send schedules the flush). The outbound buffer is bounded: past
 `MAX_PENDING` bytes, or with the socket not drained for `WRITE_DEADLINE` seconds, the client is a
 slow consumer and is closed, as nats-server closes it (no -ERR). Errors close the connection where
-nats-server's parser closes it, with its texts. Counterpart: server/client.go and server/parser.go.
+nats-server's parser closes it, with its texts. The listener above it is seen through the narrow
+`Door` Protocol, and the rooms below see a connection as subscriptions.py's `Client`.
+Counterpart: server/client.go and server/parser.go.
 """
 
 from __future__ import annotations
@@ -13,18 +15,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
-from api.auth import AuthError, Principal
+from api.auth import Authenticator, AuthError, Principal
 from api.nats import protocol as p
 from api.nats.subscriptions import Subscription
 from engine.subjects import is_valid_publish_subject, is_valid_subject
 
 if TYPE_CHECKING:
     from api.nats.account import AccountSpace
-    from api.nats.server import NatsServer
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +37,32 @@ _CREDENTIALS = ("user", "pass", "auth_token", "nkey", "jwt", "sig")
 _DEFAULTS = {"verbose": True, "pedantic": True, "echo": True, "headers": False, "no_responders": False}
 
 
+class Door(Protocol):
+    """What a connection needs of the listener that accepted it (api/nats/server.py's NatsServer)."""
+
+    auth: Authenticator
+    max_payload: int
+    slow_consumers: int
+
+    def info_for(self, conn: Connection) -> dict[str, Any]: ...
+
+    def register(self, conn: Connection) -> bool: ...
+
+    def unregister(self, conn: Connection) -> None: ...
+
+    def pinged(self, conn: Connection) -> None: ...
+
+    def after_read(self, conn: Connection) -> None: ...
+
+    def space(self, name: str) -> AccountSpace | None: ...
+
+    def global_space(self) -> AccountSpace: ...
+
+
 class Connection(asyncio.Protocol):
     """A client of the NATS door."""
 
-    def __init__(self, server: NatsServer, cid: int) -> None:
+    def __init__(self, server: Door, cid: int) -> None:
         self.server = server
         self.cid = cid
         self.transport: asyncio.Transport | None = None
@@ -170,6 +193,15 @@ class Connection(asyncio.Protocol):
         log.warning("slow consumer: closing client %d (%s)", self.cid, self.name or "unnamed")
         self.server.slow_consumers += 1
         self.abort()
+
+    def pause_reading(self) -> None:
+        """Stops reading the socket: the client's JetStream writes queue faster than the engine takes them."""
+        if self.transport is not None and not self.closed:
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.resume_reading()
 
     @property
     def writable(self) -> bool:

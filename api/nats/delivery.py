@@ -16,8 +16,7 @@ from api.nats import protocol as p
 from engine.consumer import Delivery
 
 if TYPE_CHECKING:
-    from api.nats.account import AccountSpace
-    from api.nats.subscriptions import Match, Subscription
+    from api.nats.subscriptions import Match, Router, Subscription
 
 
 def ack_prefix(stream: str, consumer: str) -> bytes:
@@ -51,7 +50,7 @@ def receivers(match: Match) -> list[Subscription]:
     return subs
 
 
-def send_frames(server: AccountSpace, target: str, framed: list[tuple[bytes, bytes, bytes | None, bytes]]) -> bool:
+def send_frames(server: Router, target: str, framed: list[tuple[bytes, bytes, bytes | None, bytes]]) -> bool:
     """Sends deliveries to the subscribers of `target`; False if nobody subscribes to it.
 
     The usual case — one subscriber without a delivery limit (a pull's inbox, a push consumer's
@@ -86,6 +85,6 @@ def _messages(framed: list[tuple[bytes, bytes, bytes | None, bytes]], sid: bytes
     return parts
 
 
-def send_status(server: AccountSpace, target: str, hdr: bytes, reply: str | None = None) -> bool:
+def send_status(server: Router, target: str, hdr: bytes, reply: str | None = None) -> bool:
     """A header-only status message (`404 No Messages`, `100 Idle Heartbeat`, ...) to `target`."""
     return server.send(target, b"", hdr, reply)

@@ -13,34 +13,33 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from api.nats import protocol as p
+from api.nats.acks import Acks
 from api.nats.advisories import Advisories
 from api.nats.errors import api_error, error_body, go_json_error
-from api.nats.acks import Acks
+from api.nats.fetcher import Fetcher
 from api.nats.messages import DirectGets, is_count, lookup
+from api.nats.priority import PriorityGroups
 from api.nats.pull import Pulls
 from api.nats.push import PushConsumers
+from api.nats.writes import Writes
 from engine import JetStreamError, errors
-from engine.consumer import Consumer, Delivery
 from engine.info import rfc3339
 
 if TYPE_CHECKING:
-    from api.nats.connection import Connection
-    from api.nats.account import AccountSpace
-    from engine import JetStream
+    from api.nats.subscriptions import Client, Router
     from api.waiters import Waiters
+    from engine import JetStream
 
 log = logging.getLogger(__name__)
 
 TYPE = "io.nats.jetstream.api.v1."
 API = "$JS.API."
-NS = 1_000_000_000
 NAMES_LIMIT = 1024
 LIST_LIMIT = 256
 HOUSEKEEPING = 1.0
@@ -79,15 +78,19 @@ def response_kind(tokens: list[str]) -> str | None:
 
 
 class JetStreamApi:
-    def __init__(self, server: AccountSpace, engine: JetStream) -> None:
+    def __init__(self, server: Router, engine: JetStream) -> None:
+        """The parts below are handed what they use (the account's router, the engine, the fetcher,
+        each other), not this object: none of them knows the API above it."""
         self.server = server
         self.engine = engine
+        self.fetcher = Fetcher(engine)
         self.advisories = Advisories(server)
-        self.pulls = Pulls(self)
-        self.push = PushConsumers(self)
-        self.acks = Acks(self)
+        self.writes = Writes(server, engine, self.advisories, self.fetcher.acks_applied)
+        self.priority = PriorityGroups()
+        self.pulls = Pulls(server, engine, self.fetcher, self.priority)
+        self.push = PushConsumers(server, engine, self.fetcher)
+        self.acks = Acks(engine, self.advisories, self.writes, self.pulls)
         self.direct = DirectGets(server, engine)
-        self.waiters: Waiters
         self.total = 0
         self.errors = 0
         self._housekeeping: asyncio.Task[None] | None = None
@@ -99,7 +102,7 @@ class JetStreamApi:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def start(self, waiters: Waiters) -> None:
-        self.waiters = waiters
+        self.fetcher.waiters = waiters
         self.engine.consumers.on_max_deliveries = self._max_deliveries_threadsafe
         self._housekeeping = asyncio.get_running_loop().create_task(self._keep_push_running())
 
@@ -115,15 +118,6 @@ class JetStreamApi:
             self.push.ensure_all()
             await asyncio.sleep(HOUSEKEEPING)
 
-    def acks_applied(self, stream: str, consumer: str) -> None:
-        """Acks free room under max_ack_pending: pulls waiting on the consumer try again now."""
-        try:
-            target = self.engine.stream(stream).consumers.get(consumer)
-        except JetStreamError:
-            return
-        if target is not None and target.waiting:
-            self.waiters.wake_threadsafe(stream)
-
     def interest_changed(self, subject: str) -> None:
         self.push.interest_changed(subject)
 
@@ -132,26 +126,9 @@ class JetStreamApi:
         if loop is not None:
             loop.call_soon_threadsafe(self.advisories.max_deliveries, stream, consumer, seq, deliveries)
 
-    # -- engine calls shared by pulls and pushes ------------------------------------------------
-
-    async def fetch(self, stream: str, consumer: str, batch: int, max_bytes: int) -> list[Delivery]:
-        """On the loop when the engine needs no waiting, else in a worker thread."""
-        got = self.engine.fetch_nowait(stream, consumer, batch, max_bytes)
-        if got is None:
-            got = await asyncio.get_running_loop().run_in_executor(None, self.engine.fetch, stream, consumer, batch, max_bytes)
-        return got
-
-    @staticmethod
-    def redelivery_wait(target: Consumer) -> float:
-        """Seconds until the consumer's next ack deadline (at most one)."""
-        deadline = target.next_deadline()
-        if deadline is None:
-            return 1.0
-        return max(min((deadline - time.time_ns()) / NS, 1.0), 0.001)
-
     # -- dispatch -----------------------------------------------------------------------------
 
-    def handle(self, conn: Connection, subject: str, reply: bytes | None, hdr: bytes | None, payload: bytes) -> bool:
+    def handle(self, conn: Client, subject: str, reply: bytes | None, hdr: bytes | None, payload: bytes) -> bool:
         """A publish to `$JS.…`; False when nothing here listens on that subject (no responders)."""
         if subject.startswith(API):
             return self._api(subject[len(API) :].split("."), reply, payload)

@@ -19,13 +19,13 @@ from engine.info import parse_rfc3339, rfc3339
 from engine.store.base import StoredMessage
 
 if TYPE_CHECKING:
-    from api.nats.account import AccountSpace
+    from api.nats.subscriptions import Router
     from engine import JetStream
     from engine.stream import Stream
 
 
 class DirectGets:
-    def __init__(self, server: AccountSpace, engine: JetStream) -> None:
+    def __init__(self, server: Router, engine: JetStream) -> None:
         self.server = server
         self.engine = engine
 

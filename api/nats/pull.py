@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from api.nats import protocol as p
-from api.nats.errors import go_json_error
 from api.nats.delivery import ack_prefix, frames, send_frames, send_status
+from api.nats.errors import go_json_error
+from api.nats.fetcher import Fetcher
 from api.nats.priority import PriorityGroups, PriorityRequest
 from engine import JetStreamError
 from engine.consumer import Consumer, Delivery
@@ -35,7 +36,8 @@ from engine.consumer_config import go_duration
 from engine.pacing import Pacer
 
 if TYPE_CHECKING:
-    from api.nats.jsapi import JetStreamApi
+    from api.nats.subscriptions import Router
+    from engine import JetStream
 
 NS = 1_000_000_000
 INTEREST_CHECK = 1.0
@@ -95,15 +97,15 @@ def _int(raw: dict[str, Any], key: str) -> int:
 class Pulls:
     """Every waiting pull request of the door."""
 
-    def __init__(self, api: JetStreamApi) -> None:
-        self.api = api
-        self.server = api.server
-        self.engine = api.engine
+    def __init__(self, server: Router, engine: JetStream, fetcher: Fetcher, priority: PriorityGroups) -> None:
+        self.server = server
+        self.engine = engine
+        self.fetcher = fetcher
+        self.priority = priority
         self.tasks: set[asyncio.Task[None]] = set()
         self._claimed: dict[str, int] = {}  # by consumer id: messages the waiting requests still want
         self._pacers: dict[str, Pacer] = {}  # by consumer id, for replay_policy original
         self.stopping = False
-        self.priority = PriorityGroups()
 
     def request(self, stream: str, consumer: str, reply: bytes | None, body: bytes) -> bool:
         """A MSG.NEXT; False when the stream or consumer is missing (the client gets no responders)."""
@@ -185,7 +187,7 @@ class Pulls:
                 try:
                     pacer = self._pacer(target)
                     may_take = priority.may_take(target, req.priority)
-                    got = await self.api.fetch(stream, target.name, 1 if pacer else left, budget) if may_take else []
+                    got = await self.fetcher.fetch(stream, target.name, 1 if pacer else left, budget) if may_take else []
                     if got and pacer is not None:
                         delay = pacer.delay_ns(got[0].msg.ts, got[0].size, time.monotonic_ns())
                         if delay:
@@ -231,7 +233,7 @@ class Pulls:
                     wait = min(wait, deadline - now)
                 if heartbeat:
                     wait = min(wait, last_sent + heartbeat - now)
-                await self.api.waiters.wait(stream, max(min(wait, self.api.redelivery_wait(target)), 0.0005))
+                await self.fetcher.wait(stream, max(min(wait, self.fetcher.redelivery_wait(target)), 0.0005))
         except asyncio.CancelledError:
             if self.stopping:  # releaseAnyPendingRequests: each waiter hears why it ends
                 send_status(self.server, inbox, p.pending_status(409, "Server Shutdown", left, budget))

@@ -23,13 +23,15 @@ from typing import TYPE_CHECKING
 
 from api.nats import protocol as p
 from api.nats.delivery import ack_prefix, frames, receivers, send_frames, send_status
+from api.nats.fetcher import Fetcher
 from engine import JetStreamError
 from engine.consumer import Consumer
 from engine.pacing import Pacer
 from engine.subjects import subject_matches
 
 if TYPE_CHECKING:
-    from api.nats.jsapi import JetStreamApi
+    from api.nats.subscriptions import Router
+    from engine import JetStream
 
 NS = 1_000_000_000
 BATCH = 256
@@ -52,10 +54,10 @@ class _Push:
 
 
 class PushConsumers:
-    def __init__(self, api: JetStreamApi) -> None:
-        self.api = api
-        self.server = api.server
-        self.engine = api.engine
+    def __init__(self, server: Router, engine: JetStream, fetcher: Fetcher) -> None:
+        self.server = server
+        self.engine = engine
+        self.fetcher = fetcher
         self._tasks: dict[str, asyncio.Task[None]] = {}  # by consumer id
         self._states: dict[str, _Push] = {}
         self._flow: dict[str, _Push] = {}  # by flow-control reply subject
@@ -95,7 +97,7 @@ class PushConsumers:
         """A new subscription: push consumers delivering to it start now, not at their next check."""
         for state in self._states.values():
             if subject_matches(subject, state.consumer.config.deliver_subject or ""):
-                self.api.waiters.wake_threadsafe(state.stream)
+                self.fetcher.wake(state.stream)
 
     def flow_control_answer(self, subject: str) -> bool:
         """A client's answer to a flow-control request (or to a stalled heartbeat)."""
@@ -105,7 +107,7 @@ class PushConsumers:
         if state.fc_reply == subject:
             state.fc_reply = None
             state.window = 0
-            self.api.waiters.wake_threadsafe(state.stream)
+            self.fetcher.wake(state.stream)
         return True
 
     async def _run(self, state: _Push) -> None:
@@ -125,11 +127,11 @@ class PushConsumers:
                     consumer.waiting += 1 if bound else -1
                     last_sent = time.monotonic()
                 if not bound:
-                    await self.api.waiters.wait(stream, UNBOUND_CHECK)
+                    await self.fetcher.wait(stream, UNBOUND_CHECK)
                     continue
                 if state.fc_reply is None and all(s.conn.writable for s in receivers(match)):
                     try:
-                        got = await self.api.fetch(stream, consumer.name, 1 if state.pacer.active else BATCH, 0)
+                        got = await self.fetcher.fetch(stream, consumer.name, 1 if state.pacer.active else BATCH, 0)
                     except JetStreamError:
                         return  # the consumer or its stream is gone
                     if got:
@@ -152,8 +154,8 @@ class PushConsumers:
                     last_sent = now
                 wait = heartbeat - (now - last_sent) if heartbeat else UNBOUND_CHECK
                 if state.fc_reply is None:
-                    wait = min(wait, self.api.redelivery_wait(consumer))
-                await self.api.waiters.wait(stream, max(min(wait, UNBOUND_CHECK), 0.001))
+                    wait = min(wait, self.fetcher.redelivery_wait(consumer))
+                await self.fetcher.wait(stream, max(min(wait, UNBOUND_CHECK), 0.001))
         finally:
             if bound:
                 consumer.waiting -= 1

@@ -3,20 +3,56 @@
 Literal subscriptions (inboxes, deliver subjects: most of them) sit in a dict; wildcard ones in a
 token trie. A match result — the plain subscribers and the queue groups — is cached per literal
 subject, and a change of interest drops only the cached subjects it can affect, so a publish to a
-hot subject is one dict lookup. Counterpart: server/sublist.go.
+hot subject is one dict lookup.
+
+The two sides a subscription joins are Protocols here, so that the rooms below a connection and an
+account (deliveries, writes, the JetStream API) never name the classes above them: a `Client`
+receives (api/nats/connection.py's Connection), a `Router` is an account's subject space sending as
+the server (api/nats/account.py's AccountSpace). Counterpart: server/sublist.go.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from engine.subjects import FWC, PWC, is_literal, subject_matches
 
-if TYPE_CHECKING:
-    from api.nats.connection import Connection
-
 CACHE_SIZE = 4096
+
+
+class Client(Protocol):
+    """What the rooms below a connection need of it: its options, its subscriptions, its outbound side."""
+
+    cid: int
+    closed: bool
+    echo: bool
+    headers: bool
+    no_responders: bool
+    subs: dict[bytes, Subscription]
+
+    @property
+    def writable(self) -> bool: ...
+
+    def send(self, data: bytes) -> None: ...
+
+    def deliver(self, sub: Subscription, subject: bytes, reply: bytes | None, hdr: bytes | None, payload: bytes) -> None: ...
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+
+class Router(Protocol):
+    """An account's subject space as the JetStream rooms see it: who listens, and sending as the server."""
+
+    sublist: Sublist
+    loop: asyncio.AbstractEventLoop
+
+    def send(self, subject: str, payload: bytes, hdr: bytes | None = None, reply: str | None = None) -> bool: ...
+
+    def reply(self, reply: bytes | None, payload: bytes, hdr: bytes | None = None) -> None: ...
 
 
 class Subscription:
@@ -24,7 +60,7 @@ class Subscription:
 
     __slots__ = ("conn", "subject", "queue", "sid", "max", "delivered", "alone")
 
-    def __init__(self, conn: Connection, subject: str, queue: str | None, sid: bytes) -> None:
+    def __init__(self, conn: Client, subject: str, queue: str | None, sid: bytes) -> None:
         self.conn = conn
         self.subject = subject
         self.queue = queue

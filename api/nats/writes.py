@@ -5,7 +5,8 @@ event loop when the engine needs no waiting (`publish_nowait`, `ack_nowait`: no 
 the hot path), else in a worker thread. While a batch is in a thread, later writes of the connection
 queue behind it, so a client's messages are stored in the order it published them; past
 `MAX_QUEUED` queued writes the connection stops being read until the engine catches up (nats-server
-bounds its ingest queue the same way). Answers — PubAcks, double-ack replies — follow each batch.
+bounds its ingest queue the same way). Answers — PubAcks, double-ack replies — follow each batch;
+applied acks are told to the callback the JetStream API gives (pulls waiting on room wake up).
 Counterpart: the ingest path of server/stream.go (processInboundJetStreamMsg) and consumer.go
 (processAck).
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,14 +23,14 @@ import orjson
 import pyarrow as pa
 
 from api.nats import protocol as p
+from api.nats.advisories import Advisories
 from api.nats.errors import wire_error
 from engine import AckRun, InboundMessage, JetStreamError, PlainBatch, PubAck
 from engine.messages import PublishResult
 
 if TYPE_CHECKING:
-    from api.nats.connection import Connection
+    from api.nats.subscriptions import Client, Router
     from engine import JetStream
-    from api.nats.account import AccountSpace
 
 log = logging.getLogger(__name__)
 
@@ -59,18 +61,20 @@ class _Queue:
 
 
 class Writes:
-    def __init__(self, server: AccountSpace, engine: JetStream) -> None:
+    def __init__(self, server: Router, engine: JetStream, advisories: Advisories, acks_applied: Callable[[str, str], None]) -> None:
         self.server = server
         self.engine = engine
+        self.advisories = advisories
+        self.acks_applied = acks_applied
         self._queues: dict[int, _Queue] = {}
 
-    def _queue(self, conn: Connection) -> _Queue:
+    def _queue(self, conn: Client) -> _Queue:
         queue = self._queues.get(conn.cid)
         if queue is None:
             queue = self._queues[conn.cid] = _Queue()
         return queue
 
-    def publish(self, conn: Connection, subject: str, reply: bytes | None, hdr: bytes | None, payload: bytes) -> None:
+    def publish(self, conn: Client, subject: str, reply: bytes | None, hdr: bytes | None, payload: bytes) -> None:
         headers = None
         if hdr is not None:
             try:
@@ -79,23 +83,23 @@ class Writes:
                 headers = None
         self._queue(conn).items.append((InboundMessage(subject, payload, headers), reply))
 
-    def ack(self, conn: Connection, ack: Ack) -> None:
+    def ack(self, conn: Client, ack: Ack) -> None:
         self._queue(conn).items.append(ack)
 
-    def forget(self, conn: Connection) -> None:
+    def forget(self, conn: Client) -> None:
         queue = self._queues.get(conn.cid)
         if queue is not None and not queue.busy:
             del self._queues[conn.cid]
 
-    def submit(self, conn: Connection) -> None:
+    def submit(self, conn: Client) -> None:
         """Applies what the last read of `conn` brought (unless a batch of it is still in a thread)."""
         queue = self._queues.get(conn.cid)
         if queue is None or not queue.items:
             return
         if queue.busy:
-            if len(queue.items) > MAX_QUEUED and not queue.paused and conn.transport is not None:
+            if len(queue.items) > MAX_QUEUED and not queue.paused:
                 queue.paused = True
-                conn.transport.pause_reading()
+                conn.pause_reading()
             return
         items, queue.items = queue.items, []
         runs = _runs(items)
@@ -113,7 +117,7 @@ class Writes:
         elif conn.closed:
             self._queues.pop(conn.cid, None)
 
-    def _applied(self, conn: Connection, queue: _Queue, future: asyncio.Future[list[Any]]) -> None:
+    def _applied(self, conn: Client, queue: _Queue, future: asyncio.Future[list[Any]]) -> None:
         queue.busy = False
         try:
             answers = future.result()
@@ -122,9 +126,9 @@ class Writes:
             answers = []
         for answer in answers:
             answer()
-        if queue.paused and conn.transport is not None and not conn.closed:
+        if queue.paused and not conn.closed:
             queue.paused = False
-            conn.transport.resume_reading()
+            conn.resume_reading()
         if conn.closed and not queue.items:
             self._queues.pop(conn.cid, None)
             return
@@ -192,12 +196,10 @@ class Writes:
                 send(reply, puback_json(result, msg.subject, self.engine))
 
     def _answer_acks(self, run: list[Ack], results: list[JetStreamError | None]) -> None:
-        js = self.server.js
-        assert js is not None  # acks exist only in an account with JetStream
-        js.acks_applied(run[0].stream, run[0].consumer)
+        self.acks_applied(run[0].stream, run[0].consumer)
         for ack, result in zip(run, results, strict=True):
             if ack.kind == "term" and result is None:
-                js.advisories.terminated(ack.stream, ack.consumer, ack.seq, ack.deliveries, ack.reason)
+                self.advisories.terminated(ack.stream, ack.consumer, ack.seq, ack.deliveries, ack.reason)
             if ack.reply:
                 self.server.reply(ack.reply, b"")
 
