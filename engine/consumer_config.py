@@ -443,8 +443,13 @@ def _check_priority(c: ConsumerConfig) -> None:
     for group in c.priority_groups:
         if not group:
             raise ConsumerErrorCode.EMPTY_GROUP_NAME.error()
-        if not _GROUP_NAME.fullmatch(group):
+        if not valid_group_name(group):
             raise ConsumerErrorCode.INVALID_GROUP_NAME.error()
+
+
+def valid_group_name(name: str) -> bool:
+    """consumer.go validGroupName: a priority group's name, in a config or an unpin request."""
+    return bool(_GROUP_NAME.fullmatch(name))
 
 
 def _check_work_queue(c: ConsumerConfig, stream: StreamConfig, existing: list[ConsumerConfig]) -> None:

@@ -1,4 +1,4 @@
-"""JetStream advisories on `$JS.EVENT.ADVISORY.>`: stream and consumer actions, max deliveries, terms.
+"""JetStream advisories on `$JS.EVENT.ADVISORY.>`: stream and consumer actions, max deliveries, terms, pins.
 
 Each is a JSON event `{"type", "id", "timestamp", ...}` published by the server; one nobody subscribes
 to is not even built. Counterpart: server/jetstream_events.go and the sendAdvisory calls of
@@ -59,6 +59,16 @@ class Advisories:
         fields = {"stream": stream, "consumer": consumer, "consumer_seq": consumer_seq, "stream_seq": stream_seq,
                   "ack_time": ack_time, "deliveries": deliveries}
         self._send(f"{METRIC_ACK}{stream}.{consumer}", "", fields, METRIC_TYPE)
+
+    def pinned(self, stream: str, consumer: str, group: str, pin_id: str) -> None:
+        """A priority group's new pinned client (consumer.go sendPinnedAdvisoryLocked)."""
+        fields = {"account": self.server.name, "stream": stream, "consumer": consumer, "group": group, "pinned_id": pin_id}
+        self._send(f"{PREFIX}CONSUMER.PINNED.{stream}.{consumer}", "consumer_group_pinned", fields)
+
+    def unpinned(self, stream: str, consumer: str, group: str, reason: str) -> None:
+        """A pin lost: `timeout` (the pinned client went quiet) or `admin` (the unpin API)."""
+        fields = {"account": self.server.name, "stream": stream, "consumer": consumer, "group": group, "reason": reason}
+        self._send(f"{PREFIX}CONSUMER.UNPINNED.{stream}.{consumer}", "consumer_group_unpinned", fields)
 
     def naked(self, stream: str, consumer: str, stream_seq: int, deliveries: int) -> None:
         fields = {"stream": stream, "consumer": consumer, "stream_seq": stream_seq, "deliveries": deliveries}

@@ -29,6 +29,7 @@ from api.nats.pull import Pulls
 from api.nats.push import PushConsumers
 from api.nats.writes import Writes
 from engine import JetStreamError, errors
+from engine.consumer_config import ConsumerErrorCode, valid_group_name
 from engine.info import rfc3339
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ ROUTES: dict[tuple[str, ...], tuple[str, str, bool]] = {
     ("CONSUMER", "CREATE"): ("consumer_create_response", "_consumer_create", True),
     ("CONSUMER", "DURABLE", "CREATE"): ("consumer_create_response", "_consumer_create", True),
     ("CONSUMER", "DELETE"): ("consumer_delete_response", "_consumer_delete", True),
+    ("CONSUMER", "UNPIN"): ("consumer_unpin_response", "_consumer_unpin", False),
 }
 
 
@@ -86,7 +88,7 @@ class JetStreamApi:
         self.fetcher = Fetcher(engine)
         self.advisories = Advisories(server)
         self.writes = Writes(server, engine, self.advisories, self.fetcher.acks_applied)
-        self.priority = PriorityGroups()
+        self.priority = PriorityGroups(self.advisories.pinned, self.advisories.unpinned)
         self.pulls = Pulls(server, engine, self.fetcher, self.priority)
         self.push = PushConsumers(server, engine, self.fetcher)
         self.acks = Acks(engine, self.advisories, self.writes, self.pulls)
@@ -143,7 +145,7 @@ class JetStreamApi:
             return self.pulls.request(tokens[3], tokens[4], reply, payload)
         if tokens[:2] == ["DIRECT", "GET"] and len(tokens) >= 3:
             return self.direct.direct_get(tokens, reply, payload)
-        if not reply:
+        if not reply and tokens[:2] != ["CONSUMER", "UNPIN"]:  # an unpin acts unanswered too, as in nats-server
             return True
         self.total += 1
         for routes, threaded in ((self._inline, False), (self._threaded, True)):
@@ -160,7 +162,7 @@ class JetStreamApi:
         log.warning("unknown JetStream API request $JS.API.%s: not answered, as nats-server", ".".join(tokens)[:200])
         return True
 
-    def _answer(self, reply: bytes, kind: str, handler: Handler, tokens: list[str], payload: bytes) -> None:
+    def _answer(self, reply: bytes | None, kind: str, handler: Handler, tokens: list[str], payload: bytes) -> None:
         try:
             body = handler(tokens, payload)
         except JetStreamError as exc:
@@ -172,7 +174,7 @@ class JetStreamApi:
             body = error_body(kind, api_error(exc))
         self.server.reply(reply, orjson.dumps({"type": TYPE + kind, **body}))
 
-    def _answer_in_thread(self, reply: bytes, kind: str, handler: Handler, tokens: list[str], payload: bytes) -> None:
+    def _answer_in_thread(self, reply: bytes | None, kind: str, handler: Handler, tokens: list[str], payload: bytes) -> None:
         loop = asyncio.get_running_loop()
 
         def run() -> dict[str, Any]:
@@ -358,6 +360,18 @@ class JetStreamApi:
         self.advisories_later(lambda: self.advisories.consumer_action(stream, name, "delete"))
         return {"success": True}
 
+    def _consumer_unpin(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
+        """CONSUMER.UNPIN.<stream>.<consumer> `{"group": G}`: the request is checked before the
+        consumer is looked up, as jsConsumerUnpinRequest checks it; the answer is the bare type."""
+        stream, name = _token(tokens, 2), _token(tokens, 3)
+        group = _unpin_group(payload)
+        target = self.engine.consumers.get(self.engine.stream(stream), name)
+        if group not in (target.config.priority_groups or ()):
+            raise errors.JetStreamError(400, 10160, "Provided priority group does not exist for this consumer")
+        self.priority.unpin(target, group)
+        self.fetcher.wake(stream)  # requests held back by the pin may take messages now
+        return {}
+
     def _consumer_names(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
         req = _json(payload, {"offset"}) if payload.strip() else {}
         offset = _offset(req)
@@ -389,6 +403,33 @@ def _json(payload: bytes, fields: set[str] | None = None) -> dict[str, Any]:
         if unknown:
             raise errors.invalid_json(f'json: unknown field "{sorted(unknown)[0]}"')
     return value
+
+
+def _unpin_group(payload: bytes) -> str:
+    """JSApiConsumerUnpinRequest as Go's json.Unmarshal reads it (unknown fields ignored)."""
+    try:
+        req = orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        raise errors.invalid_json(go_json_error(exc)) from None
+    if not isinstance(req, dict):
+        raise errors.invalid_json(f"json: cannot unmarshal {_go_type(req)} into Go value of type server.JSApiConsumerUnpinRequest")
+    group = req.get("group")
+    if group is not None and not isinstance(group, str):
+        raise errors.invalid_json(f"json: cannot unmarshal {_go_type(group)} into Go struct field JSApiConsumerUnpinRequest.group of type string")
+    if not group:
+        raise errors.invalid_json("consumer group not specified")
+    if not valid_group_name(group):
+        raise ConsumerErrorCode.INVALID_GROUP_NAME.error()
+    return group
+
+
+def _go_type(value: Any) -> str:
+    """The JSON type's name in Go's unmarshal errors."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    return {list: "array", dict: "object"}.get(type(value), "string")
 
 
 def _empty(payload: bytes) -> None:

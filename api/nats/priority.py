@@ -13,19 +13,24 @@ Priority Group`. Then, per policy:
 - `pinned_client`: the first request served pins the consumer to a new id, sent as `Nats-Pin-Id` on
   every message; later requests must carry it (`id`) to be served, a wrong one gets `423
   Nats-Wrong-Pin-Id`, and one without waits until the pin lapses: `priority_timeout` after the
-  pinned client's last request ended.
+  pinned client's last request ended, or when `$JS.API.CONSUMER.UNPIN.<stream>.<consumer>` asks.
 
-The unpin API (`$JS.API.CONSUMER.UNPIN`) and the pin advisories are not served.
+A new pin is announced on `$JS.EVENT.ADVISORY.CONSUMER.PINNED.<stream>.<consumer>`, a lost one on
+`…UNPINNED…` with the reason `timeout` or `admin` (the unpin API); the callbacks that send them
+come from above (api/nats/advisories.py), so this room knows no subjects.
 Counterpart: server/consumer.go (processNextMsgRequest's priority checks, `PriorityGroup`,
-`checkPending`, `setPinnedTimer`).
+`checkPending`, `setPinnedTimer`, `assignNewPinId`, `unassignPinId`) and jetstream_api.go
+(jsConsumerUnpinRequest).
 """
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import string
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from api.nats import protocol as p
@@ -33,6 +38,10 @@ from engine.consumer import Consumer
 
 NS = 1_000_000_000
 _PIN_ALPHABET = string.ascii_letters + string.digits
+
+# (stream, consumer, group, pin id) and (stream, consumer, group, reason): the advisories' senders.
+Pinned = Callable[[str, str, str, str], None]
+Unpinned = Callable[[str, str, str, str], None]
 
 
 @dataclass(slots=True)
@@ -49,16 +58,24 @@ class PriorityRequest:
 @dataclass
 class _Pin:
     pin_id: str
+    group: str
     active: int = 0  # requests of the pinned client now waiting
     released_at: float = field(default_factory=time.monotonic)  # when the last of them ended
+    lapse: asyncio.TimerHandle | None = None  # announces the timeout once nobody of the pinned client waits
+
+
+def _ignore(stream: str, consumer: str, group: str, detail: str) -> None:
+    return None
 
 
 class PriorityGroups:
     """Priority state of every consumer of one account, by consumer id."""
 
-    def __init__(self) -> None:
+    def __init__(self, pinned: Pinned = _ignore, unpinned: Unpinned = _ignore) -> None:
         self._waiting: dict[str, Counter[int]] = {}  # prioritized: waiting requests per priority
         self._pins: dict[str, _Pin] = {}
+        self._pinned = pinned
+        self._unpinned = unpinned
 
     def refusal(self, target: Consumer, req: PriorityRequest, batch: int, max_bytes: int) -> bytes | None:
         """The status refusing the request at once (a bad group, priority or pin id), or None."""
@@ -96,18 +113,27 @@ class PriorityGroups:
             return None
         pin = self._pins.get(target.consumer_id)
         if pin is None or not self._current_pin(target):
-            pin = self._pins[target.consumer_id] = _Pin("".join(secrets.choice(_PIN_ALPHABET) for _ in range(22)))
+            pin = self._pins[target.consumer_id] = _Pin("".join(secrets.choice(_PIN_ALPHABET) for _ in range(22)), req.group)
+            self._pinned(target.stream.name, target.name, pin.group, pin.pin_id)
         if req.pin_id != pin.pin_id:
             req.pin_id = pin.pin_id
-            pin.active += 1
+            self._hold(pin)
         return {"Nats-Pin-Id": [pin.pin_id]}
+
+    def unpin(self, target: Consumer, group: str) -> None:
+        """The unpin API: the pin is dropped at once, and announced as lost by `admin` (even when
+        there was none, as nats-server announces it); the next request served gets a new one."""
+        pin = self._pins.pop(target.consumer_id, None)
+        if pin is not None and pin.lapse is not None:
+            pin.lapse.cancel()
+        self._unpinned(target.stream.name, target.name, group, "admin")
 
     def entered(self, target: Consumer, req: PriorityRequest) -> None:
         if target.config.priority_policy == "prioritized":
             self._waiting.setdefault(target.consumer_id, Counter())[req.priority] += 1
         pin = self._pins.get(target.consumer_id)
         if pin is not None and req.pin_id == pin.pin_id:
-            pin.active += 1
+            self._hold(pin)
 
     def left(self, target: Consumer, req: PriorityRequest) -> None:
         waiting = self._waiting.get(target.consumer_id)
@@ -120,13 +146,30 @@ class PriorityGroups:
             pin.active -= 1
             if pin.active <= 0:
                 pin.released_at = time.monotonic()
+                # setPinnedTimer: the lapse is announced when it happens, not when somebody next asks
+                pin.lapse = asyncio.get_running_loop().call_later(target.config.priority_timeout / NS + 0.001, self._lapse, target)
+
+    def _lapse(self, target: Consumer) -> None:
+        if not target.deleted:
+            self._current_pin(target)
+
+    @staticmethod
+    def _hold(pin: _Pin) -> None:
+        pin.active += 1
+        if pin.lapse is not None:
+            pin.lapse.cancel()
+            pin.lapse = None
 
     def _current_pin(self, target: Consumer) -> str:
-        """The consumer's pin id, or "" once `priority_timeout` passed with no request of the pinned client."""
+        """The consumer's pin id, or "" once `priority_timeout` passed with no request of the pinned client
+        (then the pin is dropped and its loss announced with the reason `timeout`)."""
         pin = self._pins.get(target.consumer_id)
         if pin is None:
             return ""
         if pin.active <= 0 and time.monotonic() - pin.released_at > target.config.priority_timeout / NS:
             del self._pins[target.consumer_id]
+            if pin.lapse is not None:
+                pin.lapse.cancel()
+            self._unpinned(target.stream.name, target.name, pin.group, "timeout")
             return ""
         return pin.pin_id

@@ -47,6 +47,7 @@ class Client(Protocol):
 class Router(Protocol):
     """An account's subject space as the JetStream rooms see it: who listens, and sending as the server."""
 
+    name: str  # the account's
     sublist: Sublist
     loop: asyncio.AbstractEventLoop
 

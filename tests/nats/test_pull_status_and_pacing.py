@@ -9,7 +9,9 @@ delivers with the gaps the messages were stored with, and one with `rate_limit_b
 its bits per second (past a burst of one message of the stream's max_msg_size); `pause_until`
 holds deliveries until then; a waiting pull hears `409 Server Shutdown` when the server stops; and
 `sample_freq` publishes an ack's metric; priority groups (overflow, prioritized, pinned_client) pick
-the request served. Pacing is checked as a lower bound on elapsed time, the
+the request served, and `$JS.API.CONSUMER.UNPIN` drops a pin with nats-server's answers and errors
+and the `$JS.EVENT.ADVISORY.CONSUMER.PINNED`/`UNPINNED` advisories (reason `admin`, or `timeout`
+once `priority_timeout` passes). Pacing is checked as a lower bound on elapsed time, the
 semantic itself; no upper bound is asserted.
 """
 
@@ -326,4 +328,107 @@ def test_priority_groups(url: str) -> None:
         ("message", "pinned"),  # with the pin id
         ("404", "No Messages"),  # without it, while the pin holds
         ("message to", "high"),
+    ]
+
+
+async def _unpin(url: str) -> list[Any]:
+    """The unpin API's answers (errors first, then a real unpin) and the pin advisories around it."""
+    nc = await nats.connect(url, max_reconnect_attempts=0)
+    try:
+        js = nc.jetstream(timeout=10)
+        await js.add_stream(name="U", subjects=["u.*"])
+        for _ in range(4):
+            await js.publish("u.a", b"x")
+        await _create(nc, "U", {"durable_name": "PIN", "ack_policy": "explicit", "priority_policy": "pinned_client",
+                                "priority_groups": ["A"]})
+        await _create(nc, "U", {"durable_name": "OV", "ack_policy": "explicit", "priority_policy": "overflow",
+                                "priority_groups": ["A"]})
+        await _create(nc, "U", {"durable_name": "LAPSE", "ack_policy": "explicit", "priority_policy": "pinned_client",
+                                "priority_groups": ["A"], "priority_timeout": NS})
+        advisories = await nc.subscribe("$JS.EVENT.ADVISORY.CONSUMER.*.U.*")  # after the creates: pins only
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox + ".>")
+        seen: list[Any] = []
+        pins: list[str] = []
+
+        async def unpin(stream: str, consumer: str, body: bytes) -> None:
+            answer = await nc.request(f"$JS.API.CONSUMER.UNPIN.{stream}.{consumer}", body, timeout=10)
+            seen.append(orjson.loads(answer.data))
+
+        async def pull(consumer: str, request: dict[str, Any]) -> None:
+            body = orjson.dumps({"batch": 1, "no_wait": True, "group": "A", **request})
+            await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.U.{consumer}", body, reply=f"{inbox}.{len(seen)}")
+            msg = await sub.next_msg(timeout=10)
+            headers = msg.headers or {}
+            if "Status" in headers:
+                seen.append((headers["Status"], headers.get("Description", "")))
+                return
+            pin = headers.get("Nats-Pin-Id", "")
+            seen.append(("message", f"pin {pins.index(pin) if pin in pins else len(pins)}" if pin else ""))
+            if pin and pin not in pins:
+                pins.append(pin)
+
+        async def advisory() -> dict[str, Any]:
+            msg = await advisories.next_msg(timeout=10)
+            event = orjson.loads(msg.data)
+            assert event.pop("id") and event.pop("timestamp") and event.pop("account"), event
+            if "pinned_id" in event:
+                event["pinned_id"] = f"pin {pins.index(event['pinned_id'])}"
+            return {"subject": msg.subject, **event}
+
+        for body in (b"", b"[1]", b"{}", b'{"group": 5}', b'{"group": "no spaces"}', b'{"group": "B"}'):
+            await unpin("U", "PIN", body)
+        await unpin("NOPE", "PIN", b'{"group": "A"}')
+        await unpin("U", "NOPE", b'{"group": "A"}')
+        await pull("PIN", {})
+        seen.append(await advisory())
+        await pull("PIN", {})  # without the pin id, while the pin holds
+        await unpin("U", "PIN", b'{"group": "A", "extra": true}')
+        seen.append(await advisory())
+        await pull("PIN", {"id": pins[0]})  # the id of the pin that was dropped
+        await pull("PIN", {})
+        seen.append(await advisory())
+        await unpin("U", "OV", b'{"group": "A"}')  # a consumer with the group, not pinned: still announced
+        seen.append(await advisory())
+        await pull("LAPSE", {})
+        seen.append(await advisory())
+        seen.append(await advisory())  # the pin lapses after priority_timeout without a request
+        return seen
+    finally:
+        await nc.close()
+
+
+def _unpin_error(err_code: int, code: int, description: str) -> dict[str, Any]:
+    return {"type": "io.nats.jetstream.api.v1.consumer_unpin_response", "error": {"code": code, "err_code": err_code, "description": description}}
+
+
+def _pin_event(kind: str, consumer: str, **fields: str) -> dict[str, Any]:
+    verb = "PINNED" if kind == "pinned" else "UNPINNED"
+    return {"subject": f"$JS.EVENT.ADVISORY.CONSUMER.{verb}.U.{consumer}", "type": f"io.nats.jetstream.advisory.v1.consumer_group_{kind}",
+            "stream": "U", "consumer": consumer, "group": "A", **fields}
+
+
+def test_unpin_and_the_pin_advisories(url: str) -> None:
+    assert asyncio.run(asyncio.wait_for(_unpin(url), 60)) == [
+        _unpin_error(10025, 400, "invalid JSON: unexpected end of JSON input"),
+        _unpin_error(10025, 400, "invalid JSON: json: cannot unmarshal array into Go value of type server.JSApiConsumerUnpinRequest"),
+        _unpin_error(10025, 400, "invalid JSON: consumer group not specified"),
+        _unpin_error(10025, 400, "invalid JSON: json: cannot unmarshal number into Go struct field JSApiConsumerUnpinRequest.group of type string"),
+        _unpin_error(10162, 400, "Valid priority group name must match A-Z, a-z, 0-9, -_/=)+ and may not exceed 16 characters"),
+        _unpin_error(10160, 400, "Provided priority group does not exist for this consumer"),
+        _unpin_error(10059, 404, "stream not found"),
+        _unpin_error(10014, 404, "consumer not found"),
+        ("message", "pin 0"),
+        _pin_event("pinned", "PIN", pinned_id="pin 0"),
+        ("404", "No Messages"),
+        {"type": "io.nats.jetstream.api.v1.consumer_unpin_response"},
+        _pin_event("unpinned", "PIN", reason="admin"),
+        ("423", "Nats-Wrong-Pin-Id"),  # a dropped pin's id is a wrong one
+        ("message", "pin 1"),
+        _pin_event("pinned", "PIN", pinned_id="pin 1"),
+        {"type": "io.nats.jetstream.api.v1.consumer_unpin_response"},
+        _pin_event("unpinned", "OV", reason="admin"),
+        ("message", "pin 2"),
+        _pin_event("pinned", "LAPSE", pinned_id="pin 2"),
+        _pin_event("unpinned", "LAPSE", reason="timeout"),
     ]
