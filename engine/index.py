@@ -313,6 +313,9 @@ class MessageIndex:
         count = len(subjects)
         if count == 0:
             return
+        if count == 1:  # a sync publish: the scalar path, without numpy's per-array set-up
+            self.append(first_seq, subjects[0], int(sizes[0]), ts)
+            return
         if first_seq <= self.last_seq:
             raise ValueError(f"sequence {first_seq} is not after the last sequence {self.last_seq}")
         if subjects.count(subjects[0]) == count:

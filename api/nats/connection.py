@@ -2,7 +2,8 @@
 
 An `asyncio.Protocol`, not streams: `data_received` parses every complete operation of a read in
 one loop with at most one copy per payload, and what the connection sends in one loop iteration is
-written with one `write` (the first send schedules the flush). The outbound buffer is bounded: past
+written with one `write` (the first send schedules the flush; what answers a read is written at
+the read's end, as nats-server flushes its clients after each read). The outbound buffer is bounded: past
 `MAX_PENDING` bytes, or with the socket not drained for `WRITE_DEADLINE` seconds, the client is a
 slow consumer and is closed, as nats-server closes it (no -ERR). Errors close the connection where
 nats-server's parser closes it, with its texts. The listener above it is seen through the narrow
@@ -245,6 +246,8 @@ class Connection(asyncio.Protocol):
             self._parse(data)
         finally:
             self.server.after_read(self)
+            if self._out:  # the answers to this read (PubAcks, gets) leave now, not one loop turn later
+                self._flush()
 
     def _parse(self, data: bytes) -> None:
         pos, end = 0, len(data)

@@ -17,9 +17,10 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from engine.subjects import FWC, PWC, is_literal, subject_matches
+from engine.subjects import FWC, PWC, is_literal, match_tokens
 
 CACHE_SIZE = 4096
+FORGET_WHOLE = 256
 
 
 class Client(Protocol):
@@ -143,7 +144,13 @@ class Sublist:
         self._forget_matching(sub.subject)
 
     def _forget_matching(self, pattern: str) -> None:
-        for subject in [s for s in self._cache if subject_matches(pattern, s)]:
+        """Drops the cached matches a wildcard interest changes; past FORGET_WHOLE entries the cache
+        goes whole (testing thousands of cached subjects cost a wildcard SUB milliseconds)."""
+        if len(self._cache) > FORGET_WHOLE:
+            self._cache.clear()
+            return
+        tokens = pattern.split(".")
+        for subject in [s for s in self._cache if match_tokens(tokens, s.split("."))]:
             del self._cache[subject]
 
     def match(self, subject: str, cache: bool = True) -> Match:

@@ -123,7 +123,7 @@ class ArrowRows:
         self.nbytes = nbytes
         self._subjects: list[str] | None = None
         self._ts: list[int] | None = None
-        self._offsets: tuple[list[int], memoryview] | None = None
+        self._offsets: tuple[list[int], memoryview, pa.Array | None] | None = None
         n = batch.num_rows
         self._plain = batch.column("msg_id").null_count == n and batch.column("headers").null_count == n
 
@@ -167,10 +167,11 @@ class ArrowRows:
             data = self._arrow.column("data")
             buffers = data.buffers()
             offsets = np.frombuffer(buffers[1], np.int32, len(data) + 1, data.offset * 4).tolist()
-            self._offsets = (offsets, memoryview(buffers[2]) if buffers[2] is not None else memoryview(b""))
-        offsets, view = self._offsets
+            view = memoryview(buffers[2]) if buffers[2] is not None else memoryview(b"")
+            self._offsets = (offsets, view, data if data.null_count else None)  # the column is asked only if it has nulls
+        offsets, view, nullable = self._offsets
         start, end = offsets[row], offsets[row + 1]
-        if start == end or (self._arrow.column("data").null_count and not self._arrow.column("data")[row].is_valid):
+        if start == end or (nullable is not None and not nullable[row].is_valid):
             return b""
         return view[start:end].tobytes()
 

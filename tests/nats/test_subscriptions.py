@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.nats.subscriptions import Sublist, Subscription
+from api.nats.subscriptions import FORGET_WHOLE, Sublist, Subscription
 
 
 def _sub(subject: str, queue: str | None = None, sid: bytes = b"1") -> Subscription:
@@ -59,3 +59,17 @@ def test_cache_follows_inserts_and_removals() -> None:
     assert not sl.match("a.b") and sl.count == 0
     sl.remove(literal)  # twice: nothing happens
     assert sl.count == 0
+
+
+def test_a_wildcard_interest_reaches_subjects_of_a_full_cache() -> None:
+    """Past FORGET_WHOLE cached subjects a wildcard SUB drops the cache whole instead of testing each."""
+    sl = Sublist()
+    sl.insert(_sub("k.1", sid=b"1"))
+    subjects = [f"k.{i}" for i in range(FORGET_WHOLE * 2)]
+    for subject in subjects:
+        sl.match(subject)
+    wild = _sub("k.*", sid=b"2")
+    sl.insert(wild)
+    assert all("k.*" in _subjects(sl.match(subject)) for subject in subjects)
+    sl.remove(wild)
+    assert _subjects(sl.match("k.1")) == ["k.1"] and not sl.match("k.2")
