@@ -577,7 +577,7 @@ class MessageIndex:
         if not self._has_block(block) or self._live[self._slot(block)] == 0 or self.removed.contains(seq):
             return False
         seqs = self._detail(block).view()[0]
-        i = int(np.searchsorted(seqs, seq))
+        i = int(seqs.searchsorted(seq))  # the method: no numpy dispatch wrapper per read
         return i < len(seqs) and int(seqs[i]) == seq
 
     def _row(self, seq: int) -> tuple[int, int, int] | None:
@@ -586,7 +586,7 @@ class MessageIndex:
         if not self._has_block(block):
             return None
         seqs, sids, sizes, ts = self._detail(block).view()
-        i = int(np.searchsorted(seqs, seq))
+        i = int(seqs.searchsorted(seq))
         if i < len(seqs) and int(seqs[i]) == seq:
             return int(sids[i]), int(sizes[i]), int(ts[i])
         return None
@@ -761,6 +761,8 @@ class MessageIndex:
         return total + sum(self._matching_live(b, mask) for b in rest)
 
     def last_seq_for(self, filter_: str) -> int:
+        if "*" not in filter_ and ">" not in filter_:  # one subject (a KV get): no id arrays
+            return self.subjects.state(filter_)[2]
         sids = self.subjects.matching(filter_)
         return int(self.subjects.last[sids].max()) if len(sids) else 0
 

@@ -45,7 +45,9 @@ class SeqSet:
         for a, b in self._recent:
             if a <= seq <= b:
                 return True
-        i = int(np.searchsorted(self._starts, seq, side="right")) - 1
+        if not len(self._starts):  # nothing removed in bulk: the common case of a read
+            return False
+        i = int(self._starts.searchsorted(seq, side="right")) - 1
         return i >= 0 and seq <= int(self._ends[i])
 
     def mask(self, seqs: np.ndarray) -> np.ndarray:

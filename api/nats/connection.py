@@ -87,6 +87,7 @@ class Connection(asyncio.Protocol):
         self._out: list[bytes] = []
         self._out_size = 0
         self._flush_scheduled = False
+        self._loop: asyncio.AbstractEventLoop  # the one that accepted it (connection_made)
         self._pings_out = 0
         self._paused_at = 0.0
         self._timers: list[asyncio.TimerHandle] = []
@@ -96,6 +97,7 @@ class Connection(asyncio.Protocol):
     # -- lifecycle ----------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._loop = asyncio.get_running_loop()
         self.transport = transport  # type: ignore[assignment] # uvloop's transports are not asyncio.Transport subclasses
         transport.set_write_buffer_limits(high=4 * 1024 * 1024)
         info = self.server.info_for(self)
@@ -104,7 +106,7 @@ class Connection(asyncio.Protocol):
             self.close()
             return
         transport.write(p.info_line(info))
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         if self.server.auth.required:
             self._timers.append(loop.call_later(AUTH_TIMEOUT, self._auth_timeout))
         self._timers.append(loop.call_later(PING_INTERVAL, self._ping_timer))
@@ -164,7 +166,7 @@ class Connection(asyncio.Protocol):
         self._out_size += len(data)
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            self._loop.call_soon(self._flush)
         if self._out_size > p.MAX_PENDING:
             self._slow_consumer()
 
@@ -242,12 +244,12 @@ class Connection(asyncio.Protocol):
         elif self._buf:
             data = self._buf + data
             self._buf = b""
+        self._flush_scheduled = True  # what this read answers (PubAcks, gets) is written at its end, below
         try:
             self._parse(data)
         finally:
             self.server.after_read(self)
-            if self._out:  # the answers to this read (PubAcks, gets) leave now, not one loop turn later
-                self._flush()
+            self._flush()
 
     def _parse(self, data: bytes) -> None:
         pos, end = 0, len(data)
