@@ -147,6 +147,8 @@ class PriorityGroups:
             if pin.active <= 0:
                 pin.released_at = time.monotonic()
                 # setPinnedTimer: the lapse is announced when it happens, not when somebody next asks
+                if pin.lapse is not None:
+                    pin.lapse.cancel()
                 pin.lapse = asyncio.get_running_loop().call_later(target.config.priority_timeout / NS + 0.001, self._lapse, target)
 
     def _lapse(self, target: Consumer) -> None:
