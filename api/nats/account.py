@@ -26,7 +26,7 @@ from api.nats import protocol as p
 from api.nats import system
 from api.nats.errors import error_body
 from api.nats.jsapi import API, TYPE, JetStreamApi, response_kind
-from api.nats.subscriptions import Client, Sublist, Subscription
+from api.nats.subscriptions import EMPTY, Client, Sublist, Subscription
 from engine.accounts.limits import not_enabled
 from engine.subjects import is_valid_publish_subject
 
@@ -112,7 +112,7 @@ class AccountSpace:
         payload: bytes, cache: bool = True,
     ) -> bool:
         match = self.sublist.match(subject, cache)
-        if not match:
+        if match is EMPTY:
             return False
         delivered = False
         skip = origin if origin is not None and not origin.echo else None

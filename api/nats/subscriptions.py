@@ -3,7 +3,9 @@
 Literal subscriptions (inboxes, deliver subjects: most of them) sit in a dict; wildcard ones in a
 token trie. A match result — the plain subscribers and the queue groups — is cached per literal
 subject, and a change of interest drops only the cached subjects it can affect, so a publish to a
-hot subject is one dict lookup.
+hot subject is one dict lookup. Reply subjects are each used once: while every wildcard
+subscription is of the `<literal>.*` kind (the clients' reply inboxes), they are matched by their
+prefix in a dict instead of a walk of the trie.
 
 The two sides a subscription joins are Protocols here, so that the rooms below a connection and an
 account (deliveries, writes, the JetStream API) never name the classes above them: a `Client`
@@ -89,7 +91,7 @@ class _Node:
     subs: list[Subscription] = field(default_factory=list)
 
 
-_EMPTY = Match()
+EMPTY = Match()  # every empty answer of `Sublist.match` is this one: `is EMPTY` tests it without a call
 
 
 class Sublist:
@@ -97,6 +99,8 @@ class Sublist:
         self._literal: dict[str, list[Subscription]] = {}
         self._root = _Node()
         self._wildcards = 0
+        self._tails: dict[str, list[Subscription]] = {}  # `<literal prefix>.*` subscriptions by prefix
+        self._tail_count = 0
         self._cache: dict[str, Match] = {}
         self.count = 0
 
@@ -111,6 +115,10 @@ class Sublist:
             node = node.children.setdefault(token, _Node())
         node.subs.append(sub)
         self._wildcards += 1
+        prefix = _tail_prefix(sub.subject)
+        if prefix is not None:
+            self._tails.setdefault(prefix, []).append(sub)
+            self._tail_count += 1
         self._forget_matching(sub.subject)
 
     def remove(self, sub: Subscription) -> None:
@@ -135,6 +143,13 @@ class Sublist:
         path[-1].subs.remove(sub)
         self.count -= 1
         self._wildcards -= 1
+        prefix = _tail_prefix(sub.subject)
+        if prefix is not None:
+            tails = self._tails[prefix]
+            tails.remove(sub)
+            if not tails:
+                del self._tails[prefix]
+            self._tail_count -= 1
         tokens = sub.subject.split(".")
         for depth in range(len(tokens), 0, -1):  # prune empty branches
             node = path[depth]
@@ -159,13 +174,17 @@ class Sublist:
             return found
         literal = self._literal.get(subject)
         subs = list(literal) if literal else []
-        if self._wildcards:
+        if self._wildcards == self._tail_count:
+            tails = self._tails.get(subject.rpartition(".")[0]) if self._wildcards else None
+            if tails:
+                subs.extend(tails)
+        else:
             _collect(self._root, subject.split("."), 0, subs)
         if not literal and len(subs) == 1 and subs[0].queue is None:
             # One wildcard subscriber (a reply inbox `_INBOX.<id>.*`, an ack subject's monitor): such
             # subjects are mostly used once, so they are answered without filling the cache.
             return subs[0].alone
-        found = _group(subs) if subs else _EMPTY
+        found = _group(subs) if subs else EMPTY
         if not cache:
             return found
         if len(self._cache) >= CACHE_SIZE:
@@ -175,6 +194,12 @@ class Sublist:
 
     def has_interest(self, subject: str) -> bool:
         return bool(self.match(subject))
+
+
+def _tail_prefix(pattern: str) -> str | None:
+    """`a.b` of `a.b.*` (only the last token a wildcard); None for any other pattern."""
+    prefix, dot, last = pattern.rpartition(".")
+    return prefix if dot and last == PWC and prefix and is_literal(prefix) else None
 
 
 def _collect(node: _Node, tokens: list[str], i: int, out: list[Subscription]) -> None:

@@ -73,3 +73,22 @@ def test_a_wildcard_interest_reaches_subjects_of_a_full_cache() -> None:
     assert all("k.*" in _subjects(sl.match(subject)) for subject in subjects)
     sl.remove(wild)
     assert _subjects(sl.match("k.1")) == ["k.1"] and not sl.match("k.2")
+
+
+def test_reply_inboxes_match_by_prefix_as_the_trie_matches_them() -> None:
+    """`<literal>.*` subscriptions alone are matched through their prefix; any other wildcard brings the trie back."""
+    sl = Sublist()
+    inbox, other_inbox = _sub("_INBOX.a.*", sid=b"1"), _sub("_INBOX.b.*", sid=b"2")
+    sl.insert(inbox)
+    sl.insert(other_inbox)
+    sl.insert(_sub("_INBOX.a.7", sid=b"3"))
+    assert _subjects(sl.match("_INBOX.a.1")) == ["_INBOX.a.*"]
+    assert _subjects(sl.match("_INBOX.a.7")) == ["_INBOX.a.*", "_INBOX.a.7"]
+    assert _subjects(sl.match("_INBOX.a.*")) == ["_INBOX.a.*"]  # a published `*` is a literal token
+    assert not sl.match("_INBOX.a") and not sl.match("_INBOX.a.1.2") and not sl.match("_INBOX.c.1")
+    everything = _sub(">", sid=b"4")
+    sl.insert(everything)
+    assert _subjects(sl.match("_INBOX.a.2")) == [">", "_INBOX.a.*"]
+    sl.remove(everything)
+    sl.remove(inbox)
+    assert not sl.match("_INBOX.a.3") and _subjects(sl.match("_INBOX.b.3")) == ["_INBOX.b.*"]
