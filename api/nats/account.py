@@ -31,6 +31,7 @@ from engine.accounts.limits import not_enabled
 from engine.subjects import is_valid_publish_subject
 
 if TYPE_CHECKING:
+    from api.nats.system import SystemRequests
     from api.waiters import Waiters
     from engine import JetStream
 
@@ -39,10 +40,11 @@ class AccountSpace:
     """The subjects, subscriptions and JetStream of one account (see the module docstring); the
     `Router` its JetStream API sends through, and what a connection's `Client` side is routed by."""
 
-    def __init__(self, name: str, engine: JetStream | None, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, name: str, engine: JetStream | None, loop: asyncio.AbstractEventLoop, system_requests: SystemRequests) -> None:
         self.name = name
         self.engine = engine
         self.loop = loop
+        self.system = system_requests  # the gateway's, answered here for a system-account user's publish
         self.sublist = Sublist()
         self.js = JetStreamApi(self, engine) if engine is not None else None
         self.writes = self.js.writes if self.js is not None else None
@@ -84,7 +86,7 @@ class AccountSpace:
         once = subject.startswith("$JS.ACK.")  # every ack subject is used once: not worth a cache entry
         delivered = self.route(origin, subject_b, subject, reply, hdr, payload, cache=not once)
         if subject[:1] == "$" and origin.principal is not None and origin.principal.system and system.handles(subject):
-            delivered = origin.server.system.handle(self, subject, reply, payload) or delivered
+            delivered = self.system.handle(self, subject, reply, payload) or delivered
         elif subject.startswith("$JS."):
             if self.js is not None:
                 delivered = self.js.handle(origin, subject, reply, hdr, payload) or delivered

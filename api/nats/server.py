@@ -119,7 +119,7 @@ class NatsServer:
             assert self.loop is not None
             self.loop.create_task(found.stop())
         assert self.loop is not None and self._gate is not None
-        found = self.spaces[name] = AccountSpace(name, account.engine, self.loop)
+        found = self.spaces[name] = AccountSpace(name, account.engine, self.loop, self.system)
         found.start(self._gate.waiters_of(account))
         return found
 

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from engine.subjects import FWC, PWC, is_literal, match_tokens
+
+if TYPE_CHECKING:
+    from api.auth import Principal
 
 CACHE_SIZE = 4096
 FORGET_WHOLE = 256
@@ -30,6 +33,7 @@ class Client(Protocol):
 
     cid: int
     closed: bool
+    principal: Principal | None  # who logged in (a system-account user may send the system requests)
     echo: bool
     headers: bool
     no_responders: bool

@@ -27,7 +27,7 @@ from api.nats.errors import api_error, error_body
 from engine.errors import ErrorCode, JetStreamError
 
 if TYPE_CHECKING:
-    from api.nats.account import AccountSpace
+    from api.nats.subscriptions import Router
     from engine.accounts.registry import Accounts
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ class SystemRequests:
     def __init__(self, accounts: Accounts) -> None:
         self.accounts = accounts
 
-    def handle(self, space: AccountSpace, subject: str, reply: bytes | None, payload: bytes) -> bool:
+    def handle(self, space: Router, subject: str, reply: bytes | None, payload: bytes) -> bool:
         """A request of a system-account user; False when nothing here answers the subject (no responders)."""
         if subject.startswith(PURGE):
             name = subject[len(PURGE):]
@@ -74,7 +74,7 @@ class SystemRequests:
         return {"stream": stream, "epoch": account.jetstream().rotate_key(stream)}
 
     @staticmethod
-    def _answer(space: AccountSpace, reply: bytes | None, kind: str, call: Callable[[], dict[str, Any]]) -> None:
+    def _answer(space: Router, reply: bytes | None, kind: str, call: Callable[[], dict[str, Any]]) -> None:
         """Runs the engine call in a worker thread and answers on the loop (no answer without a reply
         subject: the call still runs, as a request published without one does in nats-server)."""
         loop = asyncio.get_running_loop()
