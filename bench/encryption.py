@@ -17,8 +17,9 @@ alternating which goes first, and measures on each (1 KiB payloads):
   kv_put / kv_get  one client, one KV operation at a time on a bucket of `kv` keys: ops/s;
   shred      a stream with `jetlake.key_tokens: 2`, `shred` messages under `users.42.*` flushed, then
              `POST /v1/erasures {"filter": "users.42.>"}`: the seconds until the answer (the messages are
-             unreadable then; with the key on, its data key was destroyed). The erase job's physical
-             removal is bench/jobs.py's subject.
+             unreadable then; with the key on, its data key was destroyed); then `jetlake jobs run erase`
+             beside the running gateway: `shred_gone_s` from the request until the erasure's receipt says
+             done (the bytes rewritten away and vacuumed; a Spark process's start included).
 `ratio_<phase>` = on / off of the best round (for rates: above 1 is faster with encryption).
 Every process started here is stopped by its PID.
 """
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -136,7 +138,7 @@ def kv_ops(port: int, n: int) -> dict:
     return figures
 
 
-def shred(port: int, n: int) -> dict:
+def shred(port: int, n: int, warehouse: Path, config: Path | None) -> dict:
     body = {"name": "USERS", "subjects": ["users.>"], "metadata": {"jetlake.key_tokens": "2"}}
     status, answer = http_call(port, "POST", "/v1/streams", body)
     if status != 201:
@@ -152,7 +154,24 @@ def shred(port: int, n: int) -> dict:
     status, _ = http_call(port, "GET", "/v1/streams/USERS/messages/1")
     if status != 404:
         raise RuntimeError(f"an erased message answered {status}")
-    return {"shred_msgs": n, "shred_unreadable_s": round(seconds, 3), "shred_key_destroyed": "key_destroyed" in answer}
+    gone_s, receipt = physically_gone(port, answer["id"], warehouse, config, t0)
+    return {"shred_msgs": n, "shred_unreadable_s": round(seconds, 3), "shred_key_destroyed": "key_destroyed" in answer,
+            "shred_gone_s": gone_s, "shred_gone_receipt": receipt}
+
+
+def physically_gone(port: int, erasure: str, warehouse: Path, config: Path | None, t0: float) -> tuple[float, dict]:
+    """The erase job (`jetlake jobs run erase`, a Spark process of its own, beside the running gateway)
+    removes the bytes: seconds from the erasure request until its receipt says done, and the receipt."""
+    command = [str(JETLAKE), "jobs", "run", "erase", "--warehouse", str(warehouse), "--vacuum-window", "0"]
+    if config is not None:
+        command += ["--config", str(config)]
+    job = subprocess.run(command, capture_output=True, text=True, timeout=1200)
+    if job.returncode != 0:
+        raise RuntimeError(f"erase job -> {job.returncode}: {job.stderr[-3000:]}")
+    status, answer = http_call(port, "GET", f"/v1/erasures/{erasure}")
+    if status != 200 or answer.get("status") != "done":
+        raise RuntimeError(f"the erasure is not done after the erase job: {status} {answer}")
+    return round(time.perf_counter() - t0, 3), answer.get("receipt", {})
 
 
 def run_mode(work: Path, encrypted: bool, sizes: dict) -> dict:
@@ -160,8 +179,8 @@ def run_mode(work: Path, encrypted: bool, sizes: dict) -> dict:
     warehouse = work / f"wh-{name}"
     warehouse.mkdir()
     extra = ["--nats-port", "0"]  # the HTTP door only (no clash on 4222 with another gateway)
+    config = work / "encrypted.conf"
     if encrypted:
-        config = work / "encrypted.conf"
         config.write_text(f'jetstream {{ key: "{KEY}", cipher: aes }}\n')
         extra += ["--config", str(config)]
     figures: dict = {}
@@ -186,7 +205,7 @@ def run_mode(work: Path, encrypted: bool, sizes: dict) -> dict:
         log(f"{name}: KV ({sizes['kv']})")
         figures.update(kv_ops(port, sizes["kv"]))
         log(f"{name}: erasure of a subject prefix ({sizes['shred']})")
-        figures.update(shred(port, sizes["shred"]))
+        figures.update(shred(port, sizes["shred"], warehouse, config if encrypted else None))
     finally:
         stop_process(proc, f"gateway {name}")
     return figures
