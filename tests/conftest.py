@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 from engine import EngineOptions, JetStream, ManualClock
 from jobs.spark import spark_session
 from tests.gateway import Gateway
-from tests.groups import ENV, keep_group
+from tests.groups import ENV, SHORT_JVM, keep_group
 from tests.s3 import S3Server, versitygw_binary
 
 
@@ -23,8 +23,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def shared_spark() -> Iterator[SparkSession]:
-    """One Spark session for the whole run (a JVM start costs seconds); tests get it through `spark`."""
-    session = spark_session("local[2]", "jetlake-tests")
+    """One Spark session for the whole run (a JVM start costs seconds); tests get it through `spark`.
+    It lives the whole run, so it gets the full JIT, not the short-lived JVMs' options of scripts/test.py."""
+    short = os.environ.get(SHORT_JVM)
+    if short and os.environ.get("JAVA_TOOL_OPTIONS") == short:
+        del os.environ["JAVA_TOOL_OPTIONS"]
+    try:
+        session = spark_session("local[2]", "jetlake-tests")
+    finally:
+        if short:
+            os.environ["JAVA_TOOL_OPTIONS"] = short
     yield session
     session.stop()
 
