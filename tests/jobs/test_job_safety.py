@@ -5,10 +5,7 @@ stop the others; a stream with a long (hashed) config file name is found."""
 
 from __future__ import annotations
 
-import os
 import secrets
-import signal
-import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,41 +23,14 @@ import jobs.tables
 from engine import JetStream
 from engine.erasures import registry
 from jobs import compact, erase, retention
-import engine.store.failpoints as failpoints
 from jobs.tables import read_tombstones
-from tests.gateway import JETLAKE
+from tests.jobs.kills import kill_job_at
 from tests.jobs.test_both_writers import table_rows
 from tests.residue import find_residue, needles_for
 
 pytestmark = pytest.mark.spark
 
 CUSTOM = {"delta.deletedFileRetentionDuration": "interval 10 days", "delta.logRetentionDuration": "interval 45 days"}
-
-
-# -- killing a job at a named step ----------------------------------------------------------------
-
-
-def kill_job_at(warehouse: Path, job: str, step: str, timeout: float = 600.0) -> None:
-    """Runs `jetlake jobs run <job>` (a fresh Spark session) with the failpoint of `step` set to kill
-    it there (SIGKILL, engine/store/failpoints.py); then its process group (its JVM) is killed too."""
-    log = warehouse.parent / f"{job}-{step}.log"
-    with open(log, "wb") as err:
-        proc = subprocess.Popen(
-            [str(JETLAKE), "jobs", "run", job, "--warehouse", str(warehouse)],
-            stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, failpoints.ENV: f"{step}=kill"},
-            start_new_session=True,
-        )
-    try:
-        proc.wait(timeout=timeout)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # the JVM left behind, if it has not exited yet
-        except ProcessLookupError:
-            pass
-        proc.wait(timeout=60)
-    text = log.read_text(errors="replace")
-    assert proc.returncode == -signal.SIGKILL, f"{job} was not killed at {step}: {text[-3000:]}"
-    assert f"failpoint {step} fires: kill" in text, text[-3000:]
 
 
 def _properties(path: Path) -> dict[str, str]:

@@ -6,23 +6,19 @@ subjects, so their re-encryption is killed and finished too."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-import engine.store.failpoints as failpoints
 from engine import JetStream, ManualClock
 from engine.encryption import PROTECTED_SUBJECTS_KEY
 from engine.keys import KeyDestroyedError, Keyring, keyring_folder
 from engine.keys.master import CIPHER_ENV, KEY_ENV
 from engine.messages import InboundMessage
 from jobs import compact
-from tests.gateway import JETLAKE
+from tests.jobs.kills import kill_job_at
 from tests.keys.test_encrypted_streams import KEY, open_engine
 
 pytestmark = pytest.mark.spark
@@ -35,25 +31,9 @@ STREAMS = {
 Acked = dict[str, dict[int, tuple[str, bytes]]]  # stream -> seq -> (subject, data)
 
 
-def kill_compaction_at(warehouse: Path, spec: str, step: str, timeout: float = 600.0) -> None:
-    """Runs `jetlake jobs run compact` with the key in its environment and the failpoint `spec`
-    (engine/store/failpoints.py) killing it with SIGKILL at `step`; then its process group (the JVM)."""
-    log = warehouse.parent / f"compact-{spec.replace('=', '-')}.log"
-    env = {**os.environ, failpoints.ENV: spec, KEY_ENV: SECRET, CIPHER_ENV: "aes"}
-    with open(log, "wb") as err:
-        proc = subprocess.Popen([str(JETLAKE), "jobs", "run", "compact", "--warehouse", str(warehouse)],
-                                stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True)
-    try:
-        proc.wait(timeout=timeout)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait(timeout=60)
-    text = log.read_text(errors="replace")
-    assert proc.returncode == -signal.SIGKILL, f"compact was not killed at {spec}: {text[-3000:]}"
-    assert f"failpoint {step} fires: kill" in text, text[-3000:]
+def kill_compaction_at(warehouse: Path, spec: str, step: str) -> None:
+    """`jetlake jobs run compact` with the key in its environment, killed by the failpoint `spec` at `step`."""
+    kill_job_at(warehouse, "compact", step, spec=spec, env={KEY_ENV: SECRET, CIPHER_ENV: "aes"})
 
 
 def key_ids(table: Path, columns: tuple[str, ...]) -> set[int]:
