@@ -346,6 +346,10 @@ class Layout:
     def owner_key(self) -> str:
         return self.key("_system", "leases", "owner.json")
 
+    def stream_lease_key(self, stream: str) -> str:
+        """A stream's ownership lease when several gateways share the warehouse (engine/cluster/ownership.py)."""
+        return self.key("_system", "leases", "streams", file_name(stream, ".json"))
+
     def lease_key(self, table: TableLocation | Path) -> str:
         """The commit lease of a table (`TableLocation` or, from the jobs, a local table path)."""
         table_key = table.key if isinstance(table, TableLocation) else str(

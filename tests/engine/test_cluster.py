@@ -1,0 +1,177 @@
+"""Several gateways on one warehouse, below the engine: rendezvous spread, membership heartbeats,
+per-stream ownership handed over when a gateway joins or leaves (cleanly or by dying), and fencing:
+a deposed stream owner's log write is refused. Real leases and real fenced log objects
+(engine/store/object_log.py) on a local warehouse folder; time moves on a manual clock."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from engine.clock import ManualClock
+from engine.cluster import Member, Membership, Ownership, assign, owner_of, plan
+from engine.store.layout import Layout
+from engine.store.leases import Lease
+from engine.store.object_log import ObjectLog
+from engine.store.objectstore import ObjectStore
+
+TTL = 10_000_000_000
+STREAMS = [f"S{i}" for i in range(60)]
+
+
+def test_rendezvous_spreads_streams_evenly_and_deterministically() -> None:
+    names = [f"STREAM_{i}" for i in range(3000)]
+    owners = assign(names, ["gw-a", "gw-b", "gw-c"])
+    counts = Counter(owners.values())
+    assert set(counts) == {"gw-a", "gw-b", "gw-c"}
+    assert all(800 < n < 1200 for n in counts.values()), counts  # about a third each
+    assert assign(names, ["gw-c", "gw-a", "gw-b"]) == owners  # order of the members does not matter
+    assert owner_of("X", []) is None and assign(names, []) == {}
+
+
+def test_a_join_moves_only_the_streams_the_newcomer_wins_and_a_leave_only_the_leavers() -> None:
+    names = [f"STREAM_{i}" for i in range(2000)]
+    before = assign(names, ["gw-a", "gw-b", "gw-c"])
+    joined = assign(names, ["gw-a", "gw-b", "gw-c", "gw-d"])
+    moved = [n for n in names if before[n] != joined[n]]
+    assert moved and all(joined[n] == "gw-d" for n in moved)
+    assert 350 < len(moved) < 650  # about a quarter
+    left = assign(names, ["gw-a", "gw-c"])
+    moved = [n for n in names if before[n] != left[n]]
+    assert moved and all(before[n] == "gw-b" for n in moved)
+
+
+def test_members_expire_unless_they_heartbeat(tmp_path: Path) -> None:
+    store = Layout(tmp_path / "warehouse").objects
+    clock = ManualClock()
+    a = Membership(store, Member("gw-a", "http://127.0.0.1:1"), TTL, clock)
+    b = Membership(store, Member("gw-b|host|42", "http://127.0.0.1:2", "nats://127.0.0.1:3"), TTL, clock)
+    a.heartbeat()
+    b.heartbeat()
+    assert [(m.id, m.http, m.nats) for m in a.members()] == [
+        ("gw-a", "http://127.0.0.1:1", ""), ("gw-b|host|42", "http://127.0.0.1:2", "nats://127.0.0.1:3")]
+    clock.advance(TTL // 2)
+    a.heartbeat()  # b is silent (killed)
+    clock.advance(TTL // 2 + 1)
+    assert [m.id for m in b.members()] == ["gw-a"]
+    a.leave()
+    assert a.members() == []
+
+
+class LogHost:
+    """A gateway's streams as their real fenced logs: opened (recovered) under the stream's lease on
+    take, given up on hand over; `lost` records what a deposed owner was told."""
+
+    def __init__(self, store: ObjectStore, layout: Layout) -> None:
+        self.store = store
+        self.layout = layout
+        self.logs: dict[str, ObjectLog] = {}
+        self.recovered: dict[str, list[bytes]] = {}
+        self.handed: list[str] = []
+        self.lost_streams: list[str] = []
+
+    def take(self, stream: str, lease: Lease) -> None:
+        log = ObjectLog(self.store, self.layout.object_log_key(stream), lease)
+        self.recovered[stream] = [bytes(r.payload) for r in log.recover()]
+        self.logs[stream] = log
+
+    def hand_over(self, stream: str) -> None:
+        self.logs.pop(stream)
+        self.handed.append(stream)
+
+    def lost(self, stream: str, reason: str) -> None:
+        self.lost_streams.append(stream)
+
+
+class Gateway:
+    def __init__(self, name: str, layout: Layout, clock: ManualClock) -> None:
+        store = layout.objects
+        self.name = name
+        self.host = LogHost(store, layout)
+        self.membership = Membership(store, Member(name, f"http://{name}"), TTL, clock)
+        self.ownership = Ownership(store, layout.stream_lease_key, name, self.host, TTL, clock)
+
+    def round(self) -> None:
+        self.membership.heartbeat()
+        self.ownership.round(STREAMS, [m.id for m in self.membership.members()])
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> Layout:
+    return Layout(tmp_path / "warehouse")
+
+
+def test_ownership_moves_on_join_and_on_a_clean_leave(layout: Layout) -> None:
+    clock = ManualClock()
+    a = Gateway("gw-a", layout, clock)
+    a.round()
+    assert sorted(a.ownership.held) == sorted(STREAMS)
+    for stream in STREAMS:
+        a.host.logs[stream].append([(1, f"{stream} from a".encode())])
+
+    b = Gateway("gw-b", layout, clock)
+    b.round()  # b should own some now, but a still holds them: nothing taken yet
+    assert b.ownership.held == {}
+    wanted_by_b = plan("gw-b", STREAMS, ["gw-a", "gw-b"], []).claim
+    assert 15 < len(wanted_by_b) < 45
+    a.round()  # a sees b and hands those over (released, no expiry to wait for)
+    assert sorted(a.host.handed) == wanted_by_b
+    b.round()
+    assert sorted(b.ownership.held) == wanted_by_b
+    assert set(a.ownership.held).isdisjoint(b.ownership.held)
+    for stream in wanted_by_b:  # b recovered a's log and goes on after it
+        assert b.host.recovered[stream] == [f"{stream} from a".encode()]
+        assert b.host.logs[stream].append([(1, b"from b")]) == 2
+        assert b.ownership.held[stream].token == 2
+
+    b.membership.leave()
+    b.ownership.release_all()
+    a.round()
+    assert sorted(a.ownership.held) == sorted(STREAMS)
+    assert a.host.recovered[wanted_by_b[0]] == [f"{wanted_by_b[0]} from a".encode(), b"from b"]
+
+
+def test_a_dead_gateways_streams_move_once_its_leases_expire(layout: Layout) -> None:
+    clock = ManualClock()
+    a, b = Gateway("gw-a", layout, clock), Gateway("gw-b", layout, clock)
+    for gateway in (a, b, a, b):
+        gateway.round()
+    of_b = sorted(b.ownership.held)
+    assert of_b and set(of_b) | set(a.ownership.held) == set(STREAMS)
+    for stream in of_b:
+        b.host.logs[stream].append([(1, b"acked by b")])
+    # b is killed: no heartbeat, no release
+    clock.advance(TTL // 2)
+    a.round()
+    assert set(a.ownership.held).isdisjoint(of_b)  # b's heartbeat still counts, its leases hold
+    clock.advance(TTL // 2 + 1)
+    a.round()  # b's record and leases expired: a claims its streams and replays their logs
+    assert set(of_b) <= set(a.ownership.held)
+    assert all(a.host.recovered[s] == [b"acked by b"] for s in of_b)
+
+
+def test_a_deposed_owner_cannot_write_the_streams_log(layout: Layout) -> None:
+    """The old owner was paused (its clock stood still: it still trusts its lease) while the stream
+    moved; its next log write meets the new owner's token and is refused, and nothing of it lands."""
+    stale_clock, clock = ManualClock(), ManualClock()
+    old = Gateway("gw-a", layout, stale_clock)
+    old.round()
+    stream = STREAMS[0]
+    stale_log = old.host.logs[stream]
+    assert stale_log.append([(1, b"acked")]) == 1
+
+    clock.advance(2 * TTL)
+    new = Gateway("gw-b", layout, clock)
+    new.round()
+    assert stream in new.ownership.held and new.ownership.held[stream].token == 2
+    assert new.host.recovered[stream] == [b"acked"]
+    assert new.host.logs[stream].append([(1, b"new owner")]) == 2
+
+    with pytest.raises(OSError, match="no longer owns"):
+        stale_log.append([(1, b"stale")])
+    old.round()  # its renewal finds the lease taken over: the stream is dropped, not handed over
+    assert stream in old.host.lost_streams and stream not in old.ownership.held
+    check = ObjectLog(layout.objects, layout.object_log_key(stream), new.ownership.held[stream])
+    assert [bytes(r.payload) for r in check.recover()] == [b"acked", b"new owner"]
