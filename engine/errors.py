@@ -18,6 +18,7 @@ class ErrorCode(IntEnum):
     NONE = 0  # what nats-server reports without a JetStream err_code: 401, 403 (it answers -ERR on the connection)
     ACCOUNT_RESOURCES_EXCEEDED = 10002
     BAD_REQUEST = 10003
+    CLUSTER_NOT_AVAILABLE = 10008
     INSUFFICIENT_RESOURCES = 10023
     INVALID_JSON = 10025
     GENERAL = 10051
@@ -95,6 +96,11 @@ class UnavailableError(JetStreamError):
 
     def __init__(self, description: str) -> None:
         super().__init__(503, ErrorCode.INSUFFICIENT_RESOURCES, description)
+
+
+def cluster_unavailable(detail: str) -> JetStreamError:
+    """No gateway owning the stream answered in time (nats-server's JSClusterNotAvailErr)."""
+    return JetStreamError(503, ErrorCode.CLUSTER_NOT_AVAILABLE, f"JetStream system temporarily unavailable: {detail}")
 
 
 def bad_request(description: str = "bad request") -> JetStreamError:

@@ -15,6 +15,7 @@ from fastapi import FastAPI
 from api.http import errors
 from api.auth import Authenticator
 from api.http.fast_paths import FastPaths
+from api.http.forwarding import ForwardingMiddleware, Locator
 from api.http.gate import Gate, GateMiddleware
 from api.http.routes import accounts, consumers, erasures, kv, objects, publish, streams, system
 from engine.accounts.config import ConfigError
@@ -40,9 +41,12 @@ def create_app(
     max_body: int = DEFAULT_MAX_BODY,
     config_path: str | Path | None = None,
     doors: Sequence[Door] = (),
+    locator: Locator | None = None,
 ) -> FastAPI:
     """The gateway over opened accounts; on shutdown it flushes and closes every engine. With a
-    `config_path`, SIGHUP reloads it (connections stay open; a removed user is refused from then on)."""
+    `config_path`, SIGHUP reloads it (connections stay open; a removed user is refused from then on).
+    With a `locator` (several gateways on one warehouse), requests for streams owned elsewhere are
+    proxied to their owner (api/http/forwarding.py)."""
     gate = Gate(accounts_, authenticator)
 
     @asynccontextmanager
@@ -67,6 +71,8 @@ def create_app(
     app.state.max_body = max_body
 
     app.add_middleware(FastPaths)
+    if locator is not None:
+        app.add_middleware(ForwardingMiddleware, locator=locator)  # inside the gate: the caller is known
     app.add_middleware(GateMiddleware, gate=gate)
     errors.install(app)
     app.include_router(system.router)

@@ -1,0 +1,176 @@
+"""Forwarding: a request for a stream another gateway owns is proxied to that gateway.
+
+Several gateways share a warehouse and each stream has one owner (engine/cluster/ownership.py).
+Any gateway serves any request: one for a stream owned elsewhere is sent on, as it came (method,
+path, query, headers, body), to the owner's advertised HTTP address, and the owner's answer comes
+back as it went (status, headers, body, streamed: SSE consumes too), so a client never sees which
+gateway served it. Proxy, not redirect: clients (curl, nats.py over HTTP, load balancers) need not
+follow a 307 with the body again, credentials stay on one connection, and one address list (or one
+load balancer) is all a client needs; `GET /v1/cluster` lists the gateways for those that want to
+spread their connections. The cost is one more loopback or LAN hop for requests that land on a
+non-owner.
+
+Which stream a request concerns comes from the one route declaration (api/http/operations.py,
+matched by the gate, which runs first and authenticates): a `{stream}`, a KV or object `{bucket}`
+(`KV_<b>`, `OBJ_<b>`), a published subject (the stream capturing it), or a create's body (the
+owner-to-be by rendezvous creates it). A forwarded request carries `Jetlake-Forwarded` and is never
+forwarded again (no loops while ownership moves); its gateway serves it or answers as it would.
+When no owner answers within `timeout` seconds (it died and its leases have not expired yet, or no
+gateway is live) the answer is JetStream's 503 (10008, "JetStream system temporarily unavailable").
+Counterpart: nats-server's route forwarding of `$JS.API` requests to the stream leader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Protocol
+
+import httpx
+import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.http.gate import ACCESS, ROUTE
+from api.http.responses import json_response
+from engine import errors
+
+log = logging.getLogger(__name__)
+
+FORWARDED = b"jetlake-forwarded"
+DEFAULT_TIMEOUT = 10.0
+_RETRY_PAUSE = 0.1
+_HOP_BY_HOP = frozenset({
+    b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer",
+    b"transfer-encoding", b"upgrade", b"host", b"content-length",
+})
+_CREATES = {"streams.create": ("name", ""), "kv.create": ("bucket", "KV_"), "objects.create": ("bucket", "OBJ_")}
+
+
+class Locator(Protocol):
+    """Where a stream is served: by this gateway (None) or at another gateway's base URL."""
+
+    def owner_url(self, account: str, stream: str) -> str | None: ...
+
+    def stream_for_subject(self, account: str, subject: str) -> str | None: ...
+
+
+def target_stream(route: str, params: dict[str, Any]) -> str | None:
+    """The stream a matched route acts on, from its path parameters; None for account-wide routes."""
+    if "bucket" in params and route.startswith("kv."):
+        return f"KV_{params['bucket']}"
+    if "bucket" in params and route.startswith("objects."):
+        return f"OBJ_{params['bucket']}"
+    stream = params.get("stream")
+    return str(stream) if stream else None
+
+
+class Forwarder:
+    """Sends a request on to another gateway and relays its answer, over one pooled client."""
+
+    def __init__(self, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.timeout = timeout
+        # No read bound: a pull may wait for messages, an SSE consume lasts as long as the client stays.
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(connect=2.0, read=None, write=60.0, pool=timeout))
+
+    async def forward(self, scope: Scope, body: bytes, base_url: str, send: Send) -> bool:
+        """Relays the request to `base_url`; False if no connection could be made within the bound (nothing
+        was sent then, and the caller may answer 503)."""
+        headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _HOP_BY_HOP] + [(FORWARDED, b"1")]
+        url = base_url.rstrip("/") + scope.get("raw_path", scope["path"].encode()).decode("latin-1")
+        if scope.get("query_string"):
+            url += "?" + scope["query_string"].decode("latin-1")
+        request = self.client.build_request(scope["method"], url, headers=headers, content=body)
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                response = await self.client.send(request, stream=True)
+                break
+            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+                if time.monotonic() + _RETRY_PAUSE >= deadline:
+                    log.warning("forwarding %s %s to %s failed: %s", scope["method"], scope["path"], base_url, exc)
+                    return False
+                await asyncio.sleep(_RETRY_PAUSE)
+        try:
+            relayed = [(k, v) for k, v in response.headers.raw if k.lower() not in _HOP_BY_HOP - {b"content-length"}]
+            await send({"type": "http.response.start", "status": response.status_code, "headers": relayed})
+            async for chunk in response.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            await response.aclose()
+        return True
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+class ForwardingMiddleware:
+    """Inside the gate: serves here what this gateway owns, proxies the rest to the owner."""
+
+    def __init__(self, app: ASGIApp, locator: Locator, forwarder: Forwarder | None = None) -> None:
+        self.app = app
+        self.locator = locator
+        self.forwarder = forwarder or Forwarder()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        access = scope.get(ACCESS) if scope["type"] == "http" else None
+        if access is None or any(k == FORWARDED for k, _ in scope["headers"]):
+            await self.app(scope, receive, send)
+            return
+        route, params = scope[ROUTE]
+        body = b""
+        stream = target_stream(route.name, params)
+        if stream is None and (route.name in _CREATES or route.name == "publish.raw"):
+            if route.name == "publish.raw":
+                stream = await asyncio.to_thread(self.locator.stream_for_subject, access.account.name, params["subject"])
+            else:
+                body = await _read_body(receive)
+                stream = _created_name(route.name, body)
+                receive = _replay(body, receive)
+        owner = None if stream is None else await asyncio.to_thread(self.locator.owner_url, access.account.name, stream)
+        if owner is None:
+            await self.app(scope, receive, send)
+            return
+        if not body:
+            body = await _read_body(receive)
+        if not await self.forwarder.forward(scope, body, owner, send):
+            exc = errors.cluster_unavailable(f"the gateway owning stream {stream} did not answer")
+            response = json_response({"type": "io.nats.jetstream.api.v1.error_response", "error": exc.to_dict()}, exc.code)
+            await response(scope, receive, send)
+
+
+def _created_name(route: str, body: bytes) -> str | None:
+    """The stream a create makes, from its body; None when the body is not a JSON object (the route answers)."""
+    field, prefix = _CREATES[route]
+    try:
+        value = orjson.loads(body).get(field) if body else None
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    return f"{prefix}{value}" if isinstance(value, str) and value else None
+
+
+async def _read_body(receive: Receive) -> bytes:
+    parts: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        parts.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(parts)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that gives the already read body once, then what the server sends (a disconnect)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
