@@ -50,7 +50,9 @@ _CREATES = {"streams.create": ("name", ""), "kv.create": ("bucket", "KV_"), "obj
 class Locator(Protocol):
     """Where a stream is served: by this gateway (None) or at another gateway's base URL."""
 
-    def owner_url(self, account: str, stream: str) -> str | None: ...
+    def owner_url(self, account: str, stream: str) -> str | None:
+        """None: served here; "": owned by a gateway not reachable now; else the owner's base URL."""
+        ...
 
     def stream_for_subject(self, account: str, subject: str) -> str | None: ...
 
@@ -74,23 +76,18 @@ class Forwarder:
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(connect=2.0, read=None, write=60.0, pool=timeout))
 
     async def forward(self, scope: Scope, body: bytes, base_url: str, send: Send) -> bool:
-        """Relays the request to `base_url`; False if no connection could be made within the bound (nothing
-        was sent then, and the caller may answer 503)."""
+        """Relays the request to `base_url`; False if no connection could be made (nothing was sent,
+        so the caller may locate the owner again and retry)."""
         headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _HOP_BY_HOP] + [(FORWARDED, b"1")]
         url = base_url.rstrip("/") + scope.get("raw_path", scope["path"].encode()).decode("latin-1")
         if scope.get("query_string"):
             url += "?" + scope["query_string"].decode("latin-1")
         request = self.client.build_request(scope["method"], url, headers=headers, content=body)
-        deadline = time.monotonic() + self.timeout
-        while True:
-            try:
-                response = await self.client.send(request, stream=True)
-                break
-            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-                if time.monotonic() + _RETRY_PAUSE >= deadline:
-                    log.warning("forwarding %s %s to %s failed: %s", scope["method"], scope["path"], base_url, exc)
-                    return False
-                await asyncio.sleep(_RETRY_PAUSE)
+        try:
+            response = await self.client.send(request, stream=True)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            log.info("forwarding %s %s to %s: %s", scope["method"], scope["path"], base_url, exc)
+            return False
         try:
             relayed = [(k, v) for k, v in response.headers.raw if k.lower() not in _HOP_BY_HOP - {b"content-length"}]
             await send({"type": "http.response.start", "status": response.status_code, "headers": relayed})
@@ -119,25 +116,38 @@ class ForwardingMiddleware:
             await self.app(scope, receive, send)
             return
         route, params = scope[ROUTE]
-        body = b""
+        body: bytes | None = None  # None: not read yet (the route reads it if served here)
         stream = target_stream(route.name, params)
-        if stream is None and (route.name in _CREATES or route.name == "publish.raw"):
-            if route.name == "publish.raw":
-                stream = await asyncio.to_thread(self.locator.stream_for_subject, access.account.name, params["subject"])
-            else:
-                body = await _read_body(receive)
-                stream = _created_name(route.name, body)
-                receive = _replay(body, receive)
-        owner = None if stream is None else await asyncio.to_thread(self.locator.owner_url, access.account.name, stream)
-        if owner is None:
-            await self.app(scope, receive, send)
-            return
-        if not body:
+        if route.name == "publish.raw":
+            stream = await asyncio.to_thread(self.locator.stream_for_subject, access.account.name, params["subject"])
+        elif route.name in _CREATES:
             body = await _read_body(receive)
-        if not await self.forwarder.forward(scope, body, owner, send):
-            exc = errors.cluster_unavailable(f"the gateway owning stream {stream} did not answer")
-            response = json_response({"type": "io.nats.jetstream.api.v1.error_response", "error": exc.to_dict()}, exc.code)
-            await response(scope, receive, send)
+            stream = _created_name(route.name, body)
+        if stream is None:
+            await self.app(scope, receive if body is None else _replay(body, receive), send)
+            return
+        await self._serve(scope, receive, send, access.account.name, stream, body)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, account: str, stream: str,
+                     body: bytes | None) -> None:
+        """Serves here or forwards, locating the owner again after each failed connection until the
+        bound: a stream moving (its owner died, another claims it) is served once it has moved."""
+        deadline = time.monotonic() + self.forwarder.timeout
+        while True:
+            owner = await asyncio.to_thread(self.locator.owner_url, account, stream)
+            if owner is None:
+                await self.app(scope, receive if body is None else _replay(body, receive), send)
+                return
+            if body is None:
+                body = await _read_body(receive)
+            if owner and await self.forwarder.forward(scope, body, owner, send):
+                return
+            if time.monotonic() + _RETRY_PAUSE >= deadline:
+                break
+            await asyncio.sleep(_RETRY_PAUSE)
+        exc = errors.cluster_unavailable(f"no gateway owning stream {stream} answered")
+        response = json_response({"type": "io.nats.jetstream.api.v1.error_response", "error": exc.to_dict()}, exc.code)
+        await response(scope, receive, send)
 
 
 def _created_name(route: str, body: bytes) -> str | None:

@@ -8,10 +8,22 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import orjson
 import pytest
 
 from engine.clock import ManualClock
-from engine.cluster import Member, Membership, Ownership, assign, owner_of, plan
+from engine.cluster import (
+    ClusterLocator,
+    Member,
+    Membership,
+    Ownership,
+    assign,
+    lease_key_of,
+    owner_of,
+    plan,
+    split_ref,
+    stream_ref,
+)
 from engine.store.layout import Layout
 from engine.store.leases import Lease
 from engine.store.object_log import ObjectLog
@@ -175,3 +187,52 @@ def test_a_deposed_owner_cannot_write_the_streams_log(layout: Layout) -> None:
     assert stream in old.host.lost_streams and stream not in old.ownership.held
     check = ObjectLog(layout.objects, layout.object_log_key(stream), new.ownership.held[stream])
     assert [bytes(r.payload) for r in check.recover()] == [b"acked", b"new owner"]
+
+
+def test_the_locator_points_at_the_holder_and_nowhere_while_a_dead_holders_lease_runs(tmp_path: Path) -> None:
+    """Streams of account `default` named by ref; a's view: its own streams here, b's at b's address,
+    b's after b's death unreachable ("") until its leases expire, then here."""
+    warehouse = tmp_path / "warehouse"
+    layouts = {"default": Layout(warehouse)}
+    clock = ManualClock()
+    store = layouts["default"].objects
+    refs = [stream_ref("default", s) for s in STREAMS]
+
+    def gateway(name: str) -> tuple[Membership, Ownership, ClusterLocator]:
+        membership = Membership(store, Member(name, f"http://{name}"), TTL // 2, clock)  # heartbeats outlive less
+        ownership = Ownership(store, lease_key_of(layouts.__getitem__), name, LogHost(store, layouts["default"]), TTL, clock)
+        return membership, ownership, ClusterLocator(membership, ownership, layouts.__getitem__, cache_ns=0, clock=clock)
+
+    (ma, oa, la), (mb, ob, lb) = gateway("gw-a"), gateway("gw-b")
+    for membership, ownership in ((ma, oa), (mb, ob), (ma, oa), (mb, ob)):
+        membership.heartbeat()
+        ownership.round(refs, [m.id for m in membership.members()])
+    of_a, of_b = sorted(oa.held), sorted(ob.held)
+    assert of_a and of_b
+    assert {la.owner_url(*split_ref(r)) for r in of_a} == {None}
+    assert {la.owner_url(*split_ref(r)) for r in of_b} == {"http://gw-b"}
+    assert {lb.owner_url(*split_ref(r)) for r in of_a} == {"http://gw-a"}
+    assert la.owner_url("default", "NEW") == (None if owner_of("default/NEW", ["gw-a", "gw-b"]) == "gw-a" else "http://gw-b")
+
+    clock.advance(TTL // 2)  # b is killed: its record expires now, its leases in TTL / 2
+    ma.heartbeat()
+    oa.renew()
+    assert {la.owner_url(*split_ref(r)) for r in of_b} == {""}
+    clock.advance(TTL // 2 + 1)
+    ma.heartbeat()
+    oa.round(refs, [m.id for m in ma.members()])
+    assert {la.owner_url(*split_ref(r)) for r in of_b} == {None}
+
+
+def test_the_locator_finds_the_stream_capturing_a_subject(tmp_path: Path) -> None:
+    layout = Layout(tmp_path / "warehouse")
+    store = layout.objects
+    for name, subjects in (("ORDERS", ["orders.>"]), ("EVENTS", ["ev.*"])):
+        store.put(layout.stream_config_key(name), orjson.dumps({"config": {"name": name, "subjects": subjects}}))
+    membership = Membership(store, Member("gw-a", "http://gw-a"))
+    ownership = Ownership(store, layout.stream_lease_key, "gw-a", LogHost(store, layout))
+    locator = ClusterLocator(membership, ownership, lambda _: layout)
+    assert locator.stream_for_subject("default", "orders.eu.1") == "ORDERS"
+    assert locator.stream_for_subject("default", "ev.x") == "EVENTS"
+    assert locator.stream_for_subject("default", "ev.x.y") is None
+    assert locator.streams("default") == ["EVENTS", "ORDERS"]
