@@ -35,7 +35,7 @@ from engine.consumer_config import (
     check_consumer_update,
     parse_consumer_config,
 )
-from engine.store.acks import SNAPSHOT, AckStore, EventBlock, EventRow, LogItem, Ticket
+from engine.store.acks import SNAPSHOT, AckStore, ConsumerHistory, EventBlock, EventRow, LogItem, Ticket
 from engine.store.backlog import Backlog
 from engine.store.layout import Layout
 from engine.store.leases import Lease
@@ -58,6 +58,12 @@ class Consumers:
         self.layout = layout
         self.clock = clock
         self.acks = AckStore(layout, sync_always, backlog, log_lease)
+        # Several gateways on one warehouse: each owned stream's events go to an ack store of its own,
+        # fenced by the stream's lease, so a stream moves to another gateway with its consumers.
+        self.scoped = False
+        self._scoped: dict[str, AckStore] = {}
+        self._sync_always = sync_always
+        self._backlog = backlog
         self.notify: Callable[[str], None] | None = None
         self.limits = account_limits.UNLIMITED_LIMITS  # the account's JetStream limits, set by the engine
         # Called (stream, consumer, stream seq, deliveries) when a message reaches max_deliver, under the
@@ -67,23 +73,55 @@ class Consumers:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def open(self, streams: dict[str, Stream]) -> None:
+        if self.scoped:
+            return  # each stream's ack store opens with the stream (`open_stream`)
         self.acks.create()
         histories = self.acks.recover()
         configs = self._config_keys()
         for stream in streams.values():
-            for key in configs.get(self.layout.consumer_configs_key(stream.name), []):
-                record = orjson.loads(self.layout.objects.get(key).data)
-                config = parse_consumer_config(_config_json(stream, record))
-                consumer = Consumer(stream, config, record["name"], record["consumer_id"], record["created"], record["ephemeral"])
-                history = histories.get(consumer.consumer_id)
-                consumer.restore(history.snapshot if history and history.snapshot else record["start"])
-                for event in history.events if history else []:
-                    consumer.apply(event)
-                consumer.acked.clear()
-                consumer.drop_removed(np.array([s for s in consumer.state.pending if not stream.index.is_live(s)], np.int64))
-                stream.consumers[consumer.name] = consumer
-            with stream.lock:
-                self._sweep(stream)
+            self._restore(stream, configs.get(self.layout.consumer_configs_key(stream.name), []), histories)
+
+    def open_stream(self, stream: Stream, lease: Lease) -> None:
+        """A stream this gateway now owns (scoped mode): its ack store, fenced by `lease`, and its consumers."""
+        acks = AckStore(self.layout, self._sync_always, self._backlog, lease, scope=stream.name)
+        acks.create()
+        histories = acks.recover()
+        prefix = self.layout.consumer_configs_key(stream.name)
+        keys = [m.key for m in self.layout.objects.list(prefix) if m.key.endswith(".json")]
+        self._scoped[stream.name] = acks
+        self._restore(stream, keys, histories)
+
+    def close_stream(self, stream: Stream, flush: bool = True) -> None:
+        """A stream handed over (scoped mode): its events committed (`flush`), its store closed."""
+        acks = self._scoped.pop(stream.name, None)
+        if acks is not None and flush:
+            acks.flush(fold=False)
+        if acks is not None:
+            acks.wal.close()
+        stream.consumers.clear()
+
+    def acks_of(self, stream: Stream) -> AckStore:
+        """The ack store of a stream's events: the account's, or the stream's own in scoped mode."""
+        return self._scoped[stream.name] if self.scoped else self.acks
+
+    def ack_stores(self) -> list[AckStore]:
+        return list(self._scoped.values()) if self.scoped else [self.acks]
+
+    def _restore(self, stream: Stream, keys: list[str], histories: dict[str, ConsumerHistory]) -> None:
+        """Reopens a stream's consumers from their configs and their histories (snapshot, later events)."""
+        for key in keys:
+            record = orjson.loads(self.layout.objects.get(key).data)
+            config = parse_consumer_config(_config_json(stream, record))
+            consumer = Consumer(stream, config, record["name"], record["consumer_id"], record["created"], record["ephemeral"])
+            history = histories.get(consumer.consumer_id)
+            consumer.restore(history.snapshot if history and history.snapshot else record["start"])
+            for event in history.events if history else []:
+                consumer.apply(event)
+            consumer.acked.clear()
+            consumer.drop_removed(np.array([s for s in consumer.state.pending if not stream.index.is_live(s)], np.int64))
+            stream.consumers[consumer.name] = consumer
+        with stream.lock:
+            self._sweep(stream)
 
     def add(self, stream: Stream, body: dict[str, Any], consumer_name: str | None = None) -> tuple[dict[str, Any], bool]:
         config = parse_consumer_config(body)
@@ -143,14 +181,14 @@ class Consumers:
         consumer.deleted = True
         del stream.consumers[consumer.name]
         self.layout.objects.delete(self._config_key(stream.name, consumer.name))
-        self.acks.forget(consumer.consumer_id)
+        self.acks_of(stream).forget(consumer.consumer_id)
         self._sweep(stream)
         self._notify(stream)
 
     def drop_stream(self, stream: Stream) -> None:
         for consumer in list(stream.consumers.values()):
             consumer.deleted = True
-            self.acks.forget(consumer.consumer_id)
+            self.acks_of(stream).forget(consumer.consumer_id)
         stream.consumers.clear()
         self.layout.objects.delete_prefix(self.layout.consumer_configs_key(stream.name))
 
@@ -203,20 +241,20 @@ class Consumers:
         """What a pull gets now (maybe nothing); the deliveries are logged before they are returned."""
         with stream.lock:
             deliveries, ticket = self._fetch_locked(stream, name, batch, max_bytes)
-        self.acks.wait(ticket)
+        self.acks_of(stream).wait(ticket)
         return deliveries
 
     def fetch_nowait(self, stream: Stream, name: str, batch: int, max_bytes: int = 0) -> list[Delivery] | None:
         """`fetch` when it needs no waiting: the stream's lock free, no ack-log write under way and no
         fsync to wait for (`--sync always`). Lets an event loop serve a pull without a thread
         hand-off; None means "call `fetch`". The deliveries are logged before they are returned."""
-        if not self._can_log_now() or not stream.lock.acquire(blocking=False):
+        if not self._can_log_now(stream) or not stream.lock.acquire(blocking=False):
             return None
         try:
             deliveries, ticket = self._fetch_locked(stream, name, batch, max_bytes)
         finally:
             stream.lock.release()
-        self.acks.wait(ticket)
+        self.acks_of(stream).wait(ticket)
         return deliveries
 
     def _fetch_locked(
@@ -226,7 +264,7 @@ class Consumers:
         stream.expire_now()
         deliveries, events = consumer.fetch(batch, max_bytes, self.clock.now_ns())
         self._report_exhausted(consumer)
-        ticket = self.acks.enqueue(self._log_items(consumer, events))
+        ticket = self.acks_of(stream).enqueue(self._log_items(consumer, events))
         self._retain(stream, consumer)
         return deliveries, ticket
 
@@ -241,7 +279,7 @@ class Consumers:
         self, stream: Stream, name: str, acks: list[tuple[str | int, str, int]]
     ) -> list[errors.JetStreamError | None] | None:
         """`ack` when it needs no waiting (as `fetch_nowait`); None means "call `ack`"."""
-        if not self._can_log_now() or not stream.lock.acquire(blocking=False):
+        if not self._can_log_now(stream) or not stream.lock.acquire(blocking=False):
             return None
         try:
             results, ticket, naked = self._ack_locked(stream, name, acks)
@@ -250,8 +288,9 @@ class Consumers:
         self._acked(stream, ticket, naked)
         return results
 
-    def _can_log_now(self) -> bool:
-        return not self.acks.sync_always and self.acks.idle
+    def _can_log_now(self, stream: Stream) -> bool:
+        acks = self.acks_of(stream)
+        return not acks.sync_always and acks.idle
 
     def _ack_locked(
         self, stream: Stream, name: str, acks: list[tuple[str | int, str, int]]
@@ -281,12 +320,12 @@ class Consumers:
             for at, result in zip(where, outcome, strict=True):
                 results[at] = result
             blocks.append(events)
-        ticket = self.acks.enqueue(self._log_items(consumer, AckEvents.concat(blocks)))
+        ticket = self.acks_of(stream).enqueue(self._log_items(consumer, AckEvents.concat(blocks)))
         self._retain(stream, consumer)
         return results, ticket, naked
 
     def _acked(self, stream: Stream, ticket: Ticket | None, naked: bool) -> None:
-        self.acks.wait(ticket)
+        self.acks_of(stream).wait(ticket)
         if naked:
             self._notify(stream)
 
@@ -364,8 +403,8 @@ class Consumers:
                     self._report_exhausted(consumer)
                     if consumer.events_since_snapshot >= SNAPSHOT_EVERY and stream.config.storage == "file":
                         rows.append(self.snapshot_row(consumer, now))
-                ticket = self.acks.enqueue(rows)
-            self.acks.wait(ticket)
+                ticket = self.acks_of(stream).enqueue(rows)
+            self.acks_of(stream).wait(ticket)
 
     def _report_exhausted(self, consumer: Consumer) -> None:
         exhausted, consumer.exhausted_now = consumer.exhausted_now, []
@@ -381,8 +420,9 @@ class Consumers:
             st.delivered_stream_seq, st.ack_floor_stream_seq, orjson.dumps(consumer.snapshot()).decode(),
         )
 
-    def flush(self, fold: bool = True) -> int:
-        return self.acks.flush(fold)
+    def flush(self, fold: bool = True, lease_timeout: float = 0) -> int:
+        """Commits every ack store's logged events; returns the commits made."""
+        return sum(acks.flush(fold, lease_timeout) for acks in self.ack_stores())
 
 
 def _named(config: ConsumerConfig, name: str) -> ConsumerConfig:

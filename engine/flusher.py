@@ -220,7 +220,7 @@ class Flusher:
     def _flush_acks(self, fold: bool, lease_timeout: float, result: FlushResult) -> int:
         health = self.health.setdefault(ACKS, TableHealth())
         try:
-            commits = self._consumers.acks.flush(fold, lease_timeout)
+            commits = self._consumers.flush(fold, lease_timeout)
         except TimeoutError:
             self.stats.lease_waits += 1
             health.failed(LEASE_HELD)
@@ -251,8 +251,9 @@ class Flusher:
                     self._try(stream, now, self._reload_stream)
             elif stream.failure is not None and isinstance(stream.store, DeltaStore):
                 self._try(stream, now, self._resume)
-        if self._consumers.acks.wal.broken is not None:
-            self._consumers.acks.repair()
+        for acks in self._consumers.ack_stores():
+            if acks.wal.broken is not None:
+                acks.repair()
 
     def _try(self, stream: Stream, now: float, step: Callable[[Stream], bool]) -> None:
         healing = self._healing.setdefault(stream.name, _Healing())

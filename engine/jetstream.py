@@ -408,8 +408,9 @@ class JetStream:
             return "the engine is not open"
         if self.backlog.total >= self.backlog.max_total_bytes:
             return f"{self.backlog.total} unflushed bytes in the logs, the bound is {self.backlog.max_total_bytes}"
-        if self.consumers.acks.wal.broken is not None:
-            return f"the ack log refuses writes: {self.consumers.acks.wal.broken}"
+        for acks in self.consumers.ack_stores():
+            if acks.wal.broken is not None:
+                return f"the ack log refuses writes: {acks.wal.broken}"
         return None
 
     def streams(self) -> list[Stream]:
@@ -672,7 +673,7 @@ class JetStream:
             {"stream": s.name, **d.to_json()}
             for s in streams if isinstance(s.store, DeltaStore) for d in s.store.wal.damage
         ]
-        damage += [{"table": ACKS, **d.to_json()} for d in self.consumers.acks.wal.damage]
+        damage += [{"table": ACKS, **d.to_json()} for acks in self.consumers.ack_stores() for d in acks.wal.damage]
         status = "unavailable" if refusal else "degraded" if failed or flushes else "ok"
         answer: dict[str, Any] = {
             "status": status,

@@ -137,11 +137,17 @@ class AckStore:
     """The account's consumer events: log first, then the `_system/acks` table."""
 
     def __init__(self, layout: Layout, sync_always: bool = False, backlog: Backlog | None = None,
-                 log_lease: Lease | None = None) -> None:
+                 log_lease: Lease | None = None, scope: str | None = None) -> None:
         self.layout = layout
         self.path = layout.acks
         self.backlog = backlog or Backlog()
-        self.wal = open_log(layout, ACK_LOG, log_lease, sync_always, "acklog", self.backlog)
+        # `scope`: one stream's events only (several gateways, each owning some streams, share the
+        # table): a log of its own, app transactions of its own, recovery of its rows only.
+        self.scope = scope
+        self.app_id = APP_ID if scope is None else f"{APP_ID}:{scope}"
+        self.flush_app_id = FLUSH_APP_ID if scope is None else f"{FLUSH_APP_ID}:{scope}"
+        log_name = ACK_LOG if scope is None else f"{ACK_LOG}.{scope}"
+        self.wal = open_log(layout, log_name, log_lease, sync_always, "acklog", self.backlog)
         self._table = TableCommitter(self.path, "acks", sync_always)
         self.sync_always = sync_always
         self._lock = threading.Lock()
@@ -156,7 +162,7 @@ class AckStore:
 
     def create(self) -> None:
         ensure_table(self.path, ACK_SCHEMA, None, ACK_TABLE_PROPERTIES, self.sync_always)
-        self._flush_no = open_table(self.path).transaction_version(FLUSH_APP_ID) or 0
+        self._flush_no = open_table(self.path).transaction_version(self.flush_app_id) or 0
 
     def append(self, items: list[LogItem]) -> None:
         """Makes the events durable (per the sync policy); concurrent callers share one log write."""
@@ -267,8 +273,8 @@ class AckStore:
         table = pa.Table.from_batches(_to_batches(logged), schema=ACK_SCHEMA)
         last = table.column("event_seq")[-1].as_py()
         with commit_lease(self.layout.lease_file(self.path), timeout=lease_timeout):
-            self._table.append(lambda _: table, FLUSH_APP_ID, flush_no,
-                               extra=[Transaction(app_id=APP_ID, version=last)])
+            self._table.append(lambda _: table, self.flush_app_id, flush_no,
+                               extra=[Transaction(app_id=self.app_id, version=last)])
 
     def _delete_folded(self, folded: dict[str, int], lease_timeout: float) -> None:
         predicate = " OR ".join(f"(consumer_id = '{cid}' AND event_seq < {seq})" for cid, seq in folded.items())
@@ -288,8 +294,11 @@ class AckStore:
         tables: list[pa.Table] = []
         try:
             dt = open_table(self.path)
-            flushed = dt.transaction_version(APP_ID) or 0
-            tables.append(dt.to_pyarrow_table())
+            flushed = dt.transaction_version(self.app_id) or 0
+            rows = dt.to_pyarrow_table()
+            if self.scope is not None:
+                rows = rows.filter(pc.equal(rows.column("stream"), self.scope))
+            tables.append(rows)
         except TableNotFoundError:
             pass
         last = flushed

@@ -195,7 +195,7 @@ def _flush_lines(engines: list[JetStream]) -> list[str]:
         "# TYPE jetlake_log_bytes_limit gauge",
         f"jetlake_log_bytes_limit {backlog.max_total_bytes if backlog else 0}",
         "# TYPE jetlake_ack_log_bytes gauge",
-        f"jetlake_ack_log_bytes {sum(engine.consumers.acks.log_bytes() for engine in engines)}",
+        f"jetlake_ack_log_bytes {sum(a.log_bytes() for engine in engines for a in engine.consumers.ack_stores())}",
         "# TYPE jetlake_writes_accepted gauge",
         f"jetlake_writes_accepted {int(all(engine.write_refusal() is None for engine in engines))}",
     ]
