@@ -109,7 +109,12 @@ def _serve(args: argparse.Namespace) -> int:
         wal_dir=args.wal_dir,
         wal=args.wal,
         takeover_wait=args.takeover_wait,
+        cluster=args.cluster,
     )
+    if args.cluster and args.wal != "object":
+        print("jetlake: --cluster needs --wal object (a stream's log must be readable by the gateway taking it over)",
+              file=sys.stderr)
+        return 2
     try:
         warehouse = WarehouseLocation.parse(args.warehouse or config.jetstream.store_dir or "./warehouse")
     except ValueError as exc:
@@ -135,6 +140,7 @@ def _serve(args: argparse.Namespace) -> int:
 
         doors.append(NatsServer(accounts, args.nats_host or args.host, args.nats_port, auth=authenticator,
                                 max_payload=args.max_payload))
+    cluster = _start_cluster(accounts, args) if args.cluster else None
     scheduler = _SchedulerChild(warehouse.uri(), args.spark_master) if args.scheduler else None
     if scheduler is not None:
         scheduler.start()
@@ -148,7 +154,8 @@ def _serve(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, _stop_scheduler_then_exit)
     try:
         uvicorn.run(
-            create_app(accounts, authenticator, max_body=args.max_body, config_path=args.config, doors=doors),
+            create_app(accounts, authenticator, max_body=args.max_body, config_path=args.config, doors=doors,
+                       cluster=cluster),
             host=args.host,
             port=args.port,
             log_level=args.log_level,
@@ -163,6 +170,21 @@ def _serve(args: argparse.Namespace) -> int:
         accounts.close()
         log.info("gateway stopped; every stream flushed")
     return 0
+
+
+def _start_cluster(accounts: Any, args: argparse.Namespace) -> Any:
+    """Joins the gateways serving the warehouse (engine/cluster/): heartbeat, stream leases, forwarding."""
+    from engine.cluster.membership import Member
+    from engine.cluster.service import for_accounts
+    from engine.store.lease import holder_id
+
+    http = args.advertise or f"http://{args.host}:{args.port}"
+    nats = f"nats://{args.nats_host or args.host}:{args.nats_port}" if args.nats_port else ""
+    cluster = for_accounts(accounts, Member(holder_id(), http, nats))
+    cluster.start()
+    log.info("cluster: gateway %s advertised at %s; %d streams owned here", cluster.membership.me.id, http,
+             len(cluster.ownership.held))
+    return cluster
 
 
 def _is_loopback(host: str) -> bool:
@@ -512,6 +534,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--takeover-wait", type=float, default=0.0, metavar="S",
                        help="wait up to S seconds for the gateway owning the warehouse to go (its lease to "
                             "expire) instead of refusing to start: a standby gateway")
+    serve.add_argument("--cluster", action="store_true",
+                       help="serve the warehouse with other gateways: each stream is owned by one of them (a lease "
+                            "per stream), any gateway forwards a request to the owner; needs --wal object")
+    serve.add_argument("--advertise", default=None, metavar="URL",
+                       help="with --cluster: the HTTP address other gateways reach this one at "
+                            "(default http://<host>:<port>)")
     serve.add_argument("--wal-dir", default=None, metavar="DIR",
                        help="local folder of the write-ahead logs (default: the warehouse folder; for an s3:// "
                             "warehouse ./jetlake-state). Its streams wait for this gateway to return if it dies")

@@ -44,6 +44,7 @@ from engine.store.base import StoredMessage, StreamStore
 from engine.store.delta import DEFAULT_CACHE_BYTES, DeltaStore
 from engine.store.layout import Layout
 from engine.store.lease import OwnerLock
+from engine.store.leases import Lease
 from engine.store.memory import MemoryStore
 from engine.store.objectstore import WarehouseLocation
 from engine.store.tombstones import TombstoneView
@@ -76,6 +77,7 @@ class EngineOptions:
     wal_dir: str | None = None  # local folder of the logs (default: the warehouse, or ./jetlake-state on S3)
     wal: str = "local"  # "object": the logs are objects in the warehouse (failover to another machine)
     takeover_wait: float = 0.0  # seconds to wait for another gateway's owner lease to expire
+    cluster: bool = False  # several gateways: streams are owned one by one (`take`), not the warehouse
 
 
 @dataclass
@@ -110,6 +112,11 @@ class JetStream:
         # `--wal object`: the logs are objects in the warehouse, fenced by the owner lease's token
         self._log_lease = self._owner.lease if self.options.wal == "object" else None
         self.consumers = Consumers(self.layout, self.clock, self.options.sync_always, self.backlog, self._log_lease)
+        self.consumers.scoped = self.options.cluster
+        # Several gateways (engine/cluster/): a new stream's lease is claimed before it is made, and
+        # given up when it is deleted; set by the gateway's cluster host.
+        self.claim_stream: Callable[[str], Lease] | None = None
+        self.release_stream: Callable[[str], None] | None = None
         self.flusher = Flusher(self.streams, self.consumers, self._reload, self.options.flush_interval)
         self.notify: Callable[[str], None] | None = None
         self.opened = False
@@ -144,6 +151,12 @@ class JetStream:
     def open(self, start_flusher: bool = True) -> None:
         # Before the owner lock: a wrong or missing key refuses the start without writing a byte.
         self.keyring = encryption.open_keyring(self.layout, self.options.key, self.options.prev_key, self.clock)
+        if self.options.cluster:  # streams arrive one by one as this gateway claims them (`take`)
+            self.consumers.notify = self._notify
+            self.opened = True
+            if start_flusher:
+                self.flusher.start()
+            return
         self._owner.acquire(self.options.takeover_wait)
         try:
             self._tombstones = TombstoneView(self.layout.tombstones)  # read once for every stream
@@ -222,7 +235,58 @@ class JetStream:
         for stream in loaded:
             self._streams[stream.name] = _Entry(stream)
 
-    def _load_stream(self, key: str) -> Stream:
+    def take(self, name: str, lease: Lease) -> None:
+        """Serves a stream this gateway now owns (several gateways): recovers it from its table and its
+        log, under `lease`, whose token fences every log write of the stream and of its consumers.
+        Raises when it cannot be recovered (the lease is then released for another gateway)."""
+        self._tombstones = TombstoneView(self.layout.tombstones)
+        try:
+            stream = self._load_stream(self.layout.stream_config_key(name), lease)
+        finally:
+            self._tombstones = None
+        if not stream.recovered:
+            raise errors.UnavailableError(f"stream {name} is unavailable: {stream.failure}")
+        from engine.erasures import registry
+
+        registry(self.layout).forget_pending([stream])
+        self.consumers.open_stream(stream, lease)
+        with self._lock:
+            self._streams[name] = _Entry(stream)
+            self._by_subject.clear()
+
+    def hand_over(self, name: str) -> None:
+        """Gives a stream up (another gateway should own it): its log committed, then no more writes.
+        Whatever is logged after the commit stays in the fenced log, which the next owner replays."""
+        entry = self._streams.get(name)
+        if entry is None:
+            return
+        self.flusher.flush_stream(entry.stream)
+        self._drop(name, "the stream moved to another gateway", flush=True)
+
+    def lost(self, name: str, reason: str) -> None:
+        """A stream's lease was taken over: it is dropped without a write (the next owner has it)."""
+        self._drop(name, f"this gateway no longer owns the stream: {reason}", flush=False)
+
+    def _drop(self, name: str, reason: str, flush: bool) -> None:
+        with self.flusher.lock:
+            entry = self._streams.get(name)
+            if entry is None:
+                return
+            stream = entry.stream
+            with stream.lock:
+                stream.unavailable = stream.failure = reason
+            with self._lock:
+                self._streams.pop(name, None)
+                self._by_subject.clear()
+            try:
+                self.consumers.close_stream(stream, flush)
+            except Exception as exc:  # noqa: BLE001 - the ack log keeps what was not committed
+                log.warning("the acks of stream %s were not committed at its hand-over (kept in its log): %s", name, exc)
+            stream.store.close()
+            self.flusher.forget(name)
+        self._notify(name)
+
+    def _load_stream(self, key: str, lease: Lease | None = None) -> Stream:
         """Recovers one stream; a stream that cannot be recovered is kept apart, refusing every request."""
         record = orjson.loads(self.layout.objects.get(key).data)
         config, _ = parse_stream_config(record["config"])
@@ -231,7 +295,7 @@ class JetStream:
         tokens = record.get("partition_tokens", config.legacy_partition_tokens)
         key_tokens = encryption.record_key_tokens(record)
         protected = encryption.record_protected(record)
-        stream = self._new_stream(config, record["created"], record["stream_id"], tokens, key_tokens, protected)
+        stream = self._new_stream(config, record["created"], record["stream_id"], tokens, key_tokens, protected, lease)
         try:
             stream.recover()
         except Exception as exc:  # noqa: BLE001 - one bad stream must not keep the others from serving
@@ -241,7 +305,8 @@ class JetStream:
                 stream.store.close()
             except OSError:
                 pass  # what it read is dropped with it
-            stream = self._new_stream(config, record["created"], record["stream_id"], tokens, key_tokens, protected)
+            stream = self._new_stream(config, record["created"], record["stream_id"], tokens, key_tokens, protected,
+                                      lease)
             stream.unavailable = stream.failure = f"recovery failed: {type(exc).__name__}: {exc}"
             stream.recovered = False
         log.info(
@@ -251,14 +316,14 @@ class JetStream:
         return stream
 
     def _new_stream(self, config: StreamConfig, created: int, stream_id: str, partition_tokens: int,
-                    key_tokens: int | None = None, protected: bool = False) -> Stream:
-        store = self._new_store(config, stream_id, partition_tokens, key_tokens, protected)
+                    key_tokens: int | None = None, protected: bool = False, lease: Lease | None = None) -> Stream:
+        store = self._new_store(config, stream_id, partition_tokens, key_tokens, protected, lease)
         stream = Stream(config, created, stream_id, store, self.clock, self.options.max_payload)
         stream.quota = self if self._limits.limits_bytes else None
         return stream
 
     def _new_store(self, config: StreamConfig, stream_id: str, partition_tokens: int,
-                   key_tokens: int | None = None, protected: bool = False) -> StreamStore:
+                   key_tokens: int | None = None, protected: bool = False, lease: Lease | None = None) -> StreamStore:
         """A stream's store; `partition_tokens` is fixed when the stream is made (its table keeps its
         layout), as is whether it is encrypted (`key_tokens` not None) and its subjects protected."""
         if config.storage == "memory":
@@ -267,14 +332,14 @@ class JetStream:
             self.layout, config.name, stream_id, partition_tokens,
             self.options.sync_always, self.options.cache_bytes, self.backlog, tombstones=self._tombstones,
             sealer=encryption.sealer(self.keyring, config.name, stream_id, key_tokens, protected),
-            log_lease=self._log_lease,
+            log_lease=lease or self._log_lease,
         )
 
     def _reload(self, stream: Stream) -> None:
         """Re-reads a stream from disk after a failed log write (the flusher calls it, holding its lock,
         so no commit of the stream is under way); its consumers drop what is gone."""
         stream.reload(self._new_store(stream.config, stream.stream_id, stream.store.partitioner.tokens,
-                                      _key_tokens(stream), _protected(stream)))
+                                      _key_tokens(stream), _protected(stream), _stream_lease(stream)))
         with stream.lock:
             for consumer in stream.consumers.values():
                 gone = [s for s in consumer.state.pending if not stream.index.is_live(s)]
@@ -302,15 +367,23 @@ class JetStream:
             sealed = self.keyring is not None and config.storage != "memory"
             key_tokens = encryption.key_tokens(config) if sealed else None
             protected = encryption.protected_subjects(config)
-            stream = self._new_stream(config, self.clock.now_ns(), uuid.uuid4().hex, config.partition_tokens,
-                                      key_tokens, protected)
-            if isinstance(stream.store, DeltaStore):
-                try:
-                    stream.store.create()
-                except TimeoutError:
-                    raise errors.UnavailableError(
-                        f"a maintenance job holds the table of {config.name}; try again") from None
-                self._write_config(stream)
+            lease = self.claim_stream(config.name) if self.claim_stream is not None else None
+            try:
+                stream = self._new_stream(config, self.clock.now_ns(), uuid.uuid4().hex, config.partition_tokens,
+                                          key_tokens, protected, lease)
+                if isinstance(stream.store, DeltaStore):
+                    try:
+                        stream.store.create()
+                    except TimeoutError:
+                        raise errors.UnavailableError(
+                            f"a maintenance job holds the table of {config.name}; try again") from None
+                    self._write_config(stream)
+                if lease is not None:
+                    self.consumers.open_stream(stream, lease)
+            except BaseException:
+                if lease is not None and self.release_stream is not None:
+                    self.release_stream(config.name)
+                raise
             stream.start_at_first_seq()
             self._streams[config.name] = _Entry(stream)
             self._by_subject.clear()
@@ -359,6 +432,10 @@ class JetStream:
                 if self.keyring is not None and _key_tokens(entry.stream) is not None:
                     self.keyring.destroy_stream(entry.stream.stream_id)
                 self.flusher.forget(name)
+                if self.options.cluster:
+                    self.consumers.close_stream(entry.stream, flush=False)
+        if self.options.cluster and self.release_stream is not None:
+            self.release_stream(name)
         self._notify(name)  # waiting pulls and watches of the stream end now, not at their next timeout
 
     def stream_info(self, name: str, subjects_filter: str | None = None, offset: int = 0) -> dict[str, Any]:
@@ -713,6 +790,11 @@ class JetStream:
 def _check_available(stream: Stream) -> None:
     if stream.unavailable is not None:
         raise errors.UnavailableError(f"stream {stream.name} is unavailable: {stream.unavailable}")
+
+
+def _stream_lease(stream: Stream) -> Lease | None:
+    """The lease fencing a stream's own log (several gateways); None when the warehouse's lease does."""
+    return getattr(getattr(stream.store, "wal", None), "lease", None)
 
 
 def _key_tokens(stream: Stream) -> int | None:

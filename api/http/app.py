@@ -17,10 +17,11 @@ from api.auth import Authenticator
 from api.http.fast_paths import FastPaths
 from api.http.forwarding import ForwardingMiddleware, Locator
 from api.http.gate import Gate, GateMiddleware
-from api.http.routes import accounts, consumers, erasures, kv, objects, publish, streams, system
+from api.http.routes import accounts, cluster as cluster_routes, consumers, erasures, kv, objects, publish, streams, system
 from engine.accounts.config import ConfigError
 from engine.accounts.config import load as load_config
 from engine.accounts.registry import Accounts
+from engine.cluster.service import Cluster
 
 DEFAULT_MAX_BODY = 64 * 1024 * 1024
 log = logging.getLogger(__name__)
@@ -42,11 +43,15 @@ def create_app(
     config_path: str | Path | None = None,
     doors: Sequence[Door] = (),
     locator: Locator | None = None,
+    cluster: Cluster | None = None,
 ) -> FastAPI:
     """The gateway over opened accounts; on shutdown it flushes and closes every engine. With a
     `config_path`, SIGHUP reloads it (connections stay open; a removed user is refused from then on).
-    With a `locator` (several gateways on one warehouse), requests for streams owned elsewhere are
-    proxied to their owner (api/http/forwarding.py)."""
+    With a `cluster` (several gateways on one warehouse), requests for streams owned elsewhere are
+    proxied to their owner (api/http/forwarding.py; `locator` alone for tests), and on shutdown its
+    streams are handed over before the engines close."""
+    if cluster is not None:
+        locator = locator or cluster.locator
     gate = Gate(accounts_, authenticator)
 
     @asynccontextmanager
@@ -63,12 +68,15 @@ def create_app(
         for door in doors:
             await door.stop()
         gate.unbind()
+        if cluster is not None:
+            await asyncio.to_thread(cluster.stop)
         # uvicorn may end the process right after shutdown: flush and release the warehouse here.
         await asyncio.to_thread(accounts_.close)
 
     app = FastAPI(title="JetLake", version="1", docs_url="/docs", redoc_url=None, lifespan=lifespan)
     app.state.gate = gate
     app.state.max_body = max_body
+    app.state.cluster = cluster
 
     app.add_middleware(FastPaths)
     if locator is not None:
@@ -76,6 +84,7 @@ def create_app(
     app.add_middleware(GateMiddleware, gate=gate)
     errors.install(app)
     app.include_router(system.router)
+    app.include_router(cluster_routes.router)
     app.include_router(accounts.router)
     app.include_router(streams.router)
     app.include_router(publish.router)

@@ -31,6 +31,7 @@ import httpx
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.http import binary_batch
 from api.http.gate import ACCESS, ROUTE
 from api.http.responses import json_response
 from engine import errors
@@ -120,6 +121,11 @@ class ForwardingMiddleware:
         stream = target_stream(route.name, params)
         if route.name == "publish.raw":
             stream = await asyncio.to_thread(self.locator.stream_for_subject, access.account.name, params["subject"])
+        elif route.name == "publish.batch":
+            body = await _read_body(receive)
+            subject = _first_subject(scope, body)
+            if subject is not None:
+                stream = await asyncio.to_thread(self.locator.stream_for_subject, access.account.name, subject)
         elif route.name in _CREATES:
             body = await _read_body(receive)
             stream = _created_name(route.name, body)
@@ -148,6 +154,26 @@ class ForwardingMiddleware:
         exc = errors.cluster_unavailable(f"no gateway owning stream {stream} answered")
         response = json_response({"type": "io.nats.jetstream.api.v1.error_response", "error": exc.to_dict()}, exc.code)
         await response(scope, receive, send)
+
+
+def _first_subject(scope: Scope, body: bytes) -> str | None:
+    """The subject of a batch's first message (JSON, NDJSON or binary); a batch goes to the owner of the
+    stream that captures it (a batch spanning streams of several owners is answered by that one, which
+    reports the others' messages as captured by no stream). None when the body does not parse: the
+    route answers it here."""
+    content_type = next((v for k, v in scope["headers"] if k.lower() == b"content-type"), b"").decode("latin-1")
+    try:
+        if content_type.partition(";")[0].strip().lower() == binary_batch.MEDIA_TYPE:
+            if body[:4] != binary_batch.MAGIC:
+                return None
+            length = int.from_bytes(body[4:8], "big")
+            return body[16 : 16 + length].decode()
+        if "ndjson" in content_type:
+            first = next((line for line in body.splitlines() if line.strip()), b"")
+            return str(orjson.loads(first)["subject"])
+        return str(orjson.loads(body)["messages"][0]["subject"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
 
 
 def _created_name(route: str, body: bytes) -> str | None:

@@ -116,6 +116,7 @@ ROUTES: tuple[Route, ...] = (
     Route("metrics", "GET", "/metrics", ((INFO,),), jetstream=False),  # (JetLake) the caller's account only
     Route("info", "GET", "/v1/info", ((INFO,),)),
     Route("flush", "POST", "/v1/flush", ((INFO,),), jetstream=False),  # (JetLake) commits the caller's account
+    Route("cluster", "GET", "/v1/cluster", ((INFO,),), jetstream=False),  # (JetLake) the gateways serving the warehouse
     # streams
     Route("streams.create", "POST", "/v1/streams", (("$JS.API.STREAM.CREATE.{stream}",),), frozenset({"stream"})),
     Route("streams.list", "GET", "/v1/streams", (("$JS.API.STREAM.LIST",),)),

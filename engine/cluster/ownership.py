@@ -25,7 +25,7 @@ from typing import Protocol
 from engine.clock import Clock, SystemClock
 from engine.cluster.rendezvous import owner_of
 from engine.store.lease import holder_is_dead
-from engine.store.leases import Lease, LeaseLostError, LeaseRecord
+from engine.store.leases import Lease, LeaseHeldError, LeaseLostError, LeaseRecord
 from engine.store.objectstore import ObjectStore, ObjectStoreError
 
 log = logging.getLogger(__name__)
@@ -55,11 +55,14 @@ class Plan:
 
 
 def plan(me: str, streams: Iterable[str], members: Iterable[str], held: Iterable[str]) -> Plan:
-    """What `me` should claim and hand over, given every stream and the live members' ids."""
+    """What `me` should claim and hand over, given every stream and the live members' ids. A held
+    stream missing from `streams` is kept: it was made here after the listing was read (only its
+    owner deletes a stream, and gives its lease up then)."""
     live = sorted(set(members) | {me})
-    wanted = {s for s in streams if owner_of(s, live) == me}
+    listed = set(streams)
+    wanted = {s for s in listed if owner_of(s, live) == me}
     owned = set(held)
-    return Plan(sorted(wanted - owned), sorted(owned - wanted))
+    return Plan(sorted(wanted - owned), sorted((owned & listed) - wanted))
 
 
 class Ownership:
@@ -88,12 +91,30 @@ class Ownership:
         """One round: renew, hand over, claim. Returns what was planned (a claim of a lease still
         held elsewhere waits for a later round)."""
         self.renew()  # first: a lease taken over is dropped, never flushed as if still owned
-        todo = plan(self.me, streams, members, self.held)
+        todo = plan(self.me, streams, members, list(self.held))
         for stream in todo.release:
             self.hand_over(stream)
         for stream in todo.claim:
             self.claim(stream)
         return todo
+
+    def claim_new(self, stream: str) -> Lease:
+        """The lease of a stream about to be made here (its creator serves it): taken now, without the
+        host opening anything. Raises LeaseHeldError when another gateway holds it."""
+        lease = Lease(self.store, self.lease_key(stream), self.me, self.ttl_ns, clock=self.clock)
+        if not lease.try_acquire(breakable=holder_is_dead):
+            raise LeaseHeldError(f"stream {stream} is owned by {lease.holder()}")
+        self.held[stream] = lease
+        return lease
+
+    def forget(self, stream: str) -> None:
+        """A stream deleted (or not made after `claim_new`): its lease released, nothing handed over."""
+        lease = self.held.pop(stream, None)
+        if lease is not None:
+            try:
+                lease.release()
+            except ObjectStoreError as exc:
+                log.warning("lease of stream %s not released (it expires): %s", stream, exc)
 
     def claim(self, stream: str) -> bool:
         """Takes the stream's lease if free, released, expired or its holder is a dead local process,
@@ -117,7 +138,9 @@ class Ownership:
 
     def hand_over(self, stream: str) -> None:
         """Flushes and closes the stream, then releases its lease for the gateway that should own it."""
-        lease = self.held.pop(stream)
+        lease = self.held.pop(stream, None)
+        if lease is None:
+            return
         try:
             self.host.hand_over(stream)
         finally:
@@ -130,6 +153,8 @@ class Ownership:
     def renew(self) -> None:
         """Renews every held lease; one taken over is dropped and its stream stops serving."""
         for stream, lease in list(self.held.items()):
+            if self.held.get(stream) is not lease:
+                continue  # forgotten meanwhile
             try:
                 lease.renew()
             except LeaseLostError as exc:
@@ -150,7 +175,9 @@ class Ownership:
         return record
 
     def _drop(self, stream: str, reason: str) -> None:
-        lease = self.held.pop(stream)
+        lease = self.held.pop(stream, None)
+        if lease is None:
+            return
         lease.lost()
         log.error("stream %s is no longer owned by this gateway: %s", stream, reason)
         self.host.lost(stream, reason)
