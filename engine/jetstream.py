@@ -332,7 +332,7 @@ class JetStream:
             self.layout, config.name, stream_id, partition_tokens,
             self.options.sync_always, self.options.cache_bytes, self.backlog, tombstones=self._tombstones,
             sealer=encryption.sealer(self.keyring, config.name, stream_id, key_tokens, protected),
-            log_lease=lease or self._log_lease,
+            log_lease=lease or self._log_lease, stream_lease=lease is not None,
         )
 
     def _reload(self, stream: Stream) -> None:

@@ -86,6 +86,7 @@ class Ownership:
         self.ttl_ns = ttl_ns
         self.clock: Clock = clock or SystemClock()
         self.held: dict[str, Lease] = {}
+        self._renewed_ns: dict[str, int] = {}  # when each held lease was last written
 
     def round(self, streams: Iterable[str], members: Iterable[str]) -> Plan:
         """One round: renew, hand over, claim. Returns what was planned (a claim of a lease still
@@ -105,11 +106,13 @@ class Ownership:
         if not lease.try_acquire(breakable=holder_is_dead):
             raise LeaseHeldError(f"stream {stream} is owned by {lease.holder()}")
         self.held[stream] = lease
+        self._renewed_ns[stream] = self.clock.now_ns()
         return lease
 
     def forget(self, stream: str) -> None:
         """A stream deleted (or not made after `claim_new`): its lease released, nothing handed over."""
         lease = self.held.pop(stream, None)
+        self._renewed_ns.pop(stream, None)
         if lease is not None:
             try:
                 lease.release()
@@ -133,12 +136,14 @@ class Ownership:
             lease.release()
             return False
         self.held[stream] = lease
+        self._renewed_ns[stream] = self.clock.now_ns()
         log.info("stream %s claimed (token %s)", stream, lease.token)
         return True
 
     def hand_over(self, stream: str) -> None:
         """Flushes and closes the stream, then releases its lease for the gateway that should own it."""
         lease = self.held.pop(stream, None)
+        self._renewed_ns.pop(stream, None)
         if lease is None:
             return
         try:
@@ -150,13 +155,18 @@ class Ownership:
                 log.warning("lease of stream %s not released (it expires): %s", stream, exc)
         log.info("stream %s handed over", stream)
 
-    def renew(self) -> None:
-        """Renews every held lease; one taken over is dropped and its stream stops serving."""
+    def renew(self, force: bool = False) -> None:
+        """Renews the held leases written a third of their TTL ago or more (one PUT per stream per
+        TTL/3, not per round); one taken over is dropped and its stream stops serving."""
+        now = self.clock.now_ns()
         for stream, lease in list(self.held.items()):
             if self.held.get(stream) is not lease:
                 continue  # forgotten meanwhile
+            if not force and now - self._renewed_ns.get(stream, 0) < self.ttl_ns // 3:
+                continue
             try:
                 lease.renew()
+                self._renewed_ns[stream] = now
             except LeaseLostError as exc:
                 self._drop(stream, str(exc))
             except ObjectStoreError as exc:  # no answer: the lease stays trusted until its margin
@@ -176,6 +186,7 @@ class Ownership:
 
     def _drop(self, stream: str, reason: str) -> None:
         lease = self.held.pop(stream, None)
+        self._renewed_ns.pop(stream, None)
         if lease is None:
             return
         lease.lost()

@@ -274,7 +274,14 @@ class AckStore:
         last = table.column("event_seq")[-1].as_py()
         with commit_lease(self.layout.lease_file(self.path), timeout=lease_timeout):
             self._table.append(lambda _: table, self.flush_app_id, flush_no,
-                               extra=[Transaction(app_id=self.app_id, version=last)])
+                               extra=[Transaction(app_id=self.app_id, version=last)], fence=self._fence())
+
+    def _fence(self) -> tuple[str, int] | None:
+        """A stream's ack store (several gateways) fences its commits with the stream lease's token."""
+        lease = getattr(self.wal, "lease", None)
+        if self.scope is None or lease is None:
+            return None
+        return f"owner-token:{self.scope}", lease.fence()
 
     def _delete_folded(self, folded: dict[str, int], lease_timeout: float) -> None:
         predicate = " OR ".join(f"(consumer_id = '{cid}' AND event_seq < {seq})" for cid, seq in folded.items())

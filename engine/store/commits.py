@@ -36,6 +36,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from engine.store import failpoints
 from engine.store.layout import TableLocation
+from engine.store.leases import LeaseLostError
 from engine.store.objectstore import ObjectNotFoundError, ObjectStoreError
 
 log = logging.getLogger(__name__)
@@ -85,11 +86,22 @@ class TableCommitter:
         extra: list[Transaction] | None = None,
         partition_by: list[str] | None = None,
         writer_properties: Callable[[pa.Table], WriterProperties] | None = None,
+        fence: tuple[str, int] | None = None,
     ) -> int:
         """Commits `rows_after(v)` (the rows above transaction version v, the table's now) with the
         transaction (`app_id`, `version`) unless the table holds it already; returns the table version
-        holding it. Raises when it is not committed (or, under sync, not durable)."""
+        holding it. Raises when it is not committed (or, under sync, not durable).
+
+        `fence` (app id, token): the writer's lease token, recorded as a transaction of its own; a
+        table holding a larger token was committed by a newer owner, and the commit is refused
+        (LeaseLostError). The caller holds the table's commit lease, so the check and the commit are
+        one step for every JetLake writer."""
         dt = open_table(self.table)
+        if fence is not None:
+            newer = dt.transaction_version(fence[0]) or 0
+            if newer > fence[1]:
+                raise LeaseLostError(f"{self.path} was committed under token {newer}, this writer has {fence[1]}")
+            extra = [*(extra or []), Transaction(app_id=fence[0], version=fence[1])]
         done = dt.transaction_version(app_id) or 0
         if done >= version:
             log.info("%s: transaction %s/%d is already in %s; not written again", self.step, app_id, version, self.path)

@@ -52,6 +52,8 @@ from engine.store.leases import Lease
 from engine.store.object_log import open_log
 from engine.store.wal import Record
 
+FENCE_APP_ID = "owner-token"  # the stream lease token of the last commit (several gateways)
+
 log = logging.getLogger(__name__)
 
 KIND_REMOVE = 2
@@ -144,8 +146,12 @@ class DeltaStore:
         sealer: Sealer | None = None,
         tombstones: TombstoneView | None = None,
         log_lease: Lease | None = None,
+        stream_lease: bool = False,
     ) -> None:
         self.layout = layout
+        # `stream_lease`: `log_lease` is the stream's own (several gateways), and its token fences the
+        # stream's table commits too (a deposed owner's flush is refused by the table).
+        self._fence_lease = log_lease if stream_lease else None
         self.stream = stream
         self.stream_id = stream_id
         keyed = sealer.keys.subject_hasher() if sealer is not None and sealer.protected else None
@@ -351,6 +357,7 @@ class DeltaStore:
                     writer_properties=lambda rows: WriterProperties(
                         max_row_group_size=_row_group_rows(rows), compression="SNAPPY"
                     ),
+                    fence=None if self._fence_lease is None else (FENCE_APP_ID, self._fence_lease.fence()),
                 )
             job.messages_committed = True
             self.commits += 1

@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import orjson
+import pyarrow as pa
 import pytest
 
 from engine.clock import ManualClock
@@ -24,8 +25,9 @@ from engine.cluster import (
     split_ref,
     stream_ref,
 )
+from engine.store.commits import TableCommitter, ensure_table, open_table
 from engine.store.layout import Layout
-from engine.store.leases import Lease
+from engine.store.leases import Lease, LeaseLostError
 from engine.store.object_log import ObjectLog
 from engine.store.objectstore import ObjectStore
 
@@ -183,7 +185,8 @@ def test_a_deposed_owner_cannot_write_the_streams_log(layout: Layout) -> None:
 
     with pytest.raises(OSError, match="no longer owns"):
         stale_log.append([(1, b"stale")])
-    old.round()  # its renewal finds the lease taken over: the stream is dropped, not handed over
+    stale_clock.advance(TTL // 3)  # its next renewal is due (it still trusts its lease)
+    old.round()  # the renewal finds the lease taken over: the stream is dropped, not handed over
     assert stream in old.host.lost_streams and stream not in old.ownership.held
     check = ObjectLog(layout.objects, layout.object_log_key(stream), new.ownership.held[stream])
     assert [bytes(r.payload) for r in check.recover()] == [b"acked", b"new owner"]
@@ -236,3 +239,19 @@ def test_the_locator_finds_the_stream_capturing_a_subject(tmp_path: Path) -> Non
     assert locator.stream_for_subject("default", "ev.x") == "EVENTS"
     assert locator.stream_for_subject("default", "ev.x.y") is None
     assert locator.streams("default") == ["EVENTS", "ORDERS"]
+
+
+def test_a_deposed_owners_table_commit_is_refused(layout: Layout) -> None:
+    """A table commit carries the committer's stream-lease token; one under an older token than the
+    table's last is refused and adds nothing (the flusher of a paused, deposed owner)."""
+    table = layout.table("_system", "fence-test")
+    schema = pa.schema([pa.field("seq", pa.int64())])
+    ensure_table(table, schema, None, {})
+    committer = TableCommitter(table, "test")
+    rows = pa.table({"seq": [1, 2]}, schema=schema)
+    committer.append(lambda _: rows, "S", 2, fence=("owner-token", 2))  # the new owner, token 2
+    stale = pa.table({"seq": [3]}, schema=schema)
+    with pytest.raises(LeaseLostError, match="token 2"):
+        committer.append(lambda _: stale, "S", 3, fence=("owner-token", 1))
+    committer.append(lambda _: stale, "S", 3, fence=("owner-token", 2))
+    assert sorted(open_table(table).to_pyarrow_table().column("seq").to_pylist()) == [1, 2, 3]
