@@ -72,6 +72,11 @@ def _keep_freed_memory() -> None:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    if args.workers > 1:
+        from api.workers import supervise
+
+        return supervise(args.argv[args.argv.index("serve") + 1:], args.workers, args.host)
+
     from api.http.app import create_app
     from api.auth import Authenticator
     from api.http.tls import settings as tls_settings
@@ -153,17 +158,18 @@ def _serve(args: argparse.Namespace) -> int:
 
         signal.signal(signal.SIGTERM, _stop_scheduler_then_exit)
     try:
-        uvicorn.run(
-            create_app(accounts, authenticator, max_body=args.max_body, config_path=args.config, doors=doors,
-                       cluster=cluster),
-            host=args.host,
-            port=args.port,
-            log_level=args.log_level,
-            access_log=False,
-            loop="uvloop",
-            timeout_graceful_shutdown=5,
-            **(tls.uvicorn_options() if tls else {"http": "httptools"}),
-        )
+        app = create_app(accounts, authenticator, max_body=args.max_body, config_path=args.config, doors=doors,
+                         cluster=cluster)
+        options: dict[str, Any] = dict(log_level=args.log_level, access_log=False, loop="uvloop",
+                                       timeout_graceful_shutdown=5,
+                                       **(tls.uvicorn_options() if tls else {"http": "httptools"}))
+        if args.internal_port:  # a worker of `--workers N`: the shared public port and its own
+            from api.workers import listening_socket, reuse_port_socket
+
+            sockets = [reuse_port_socket(args.host, args.port), listening_socket(args.host, args.internal_port)]
+            uvicorn.Server(uvicorn.Config(app, **options)).run(sockets=sockets)
+        else:
+            uvicorn.run(app, host=args.host, port=args.port, **options)
     finally:
         if scheduler is not None:
             scheduler.stop()
@@ -178,7 +184,7 @@ def _start_cluster(accounts: Any, args: argparse.Namespace) -> Any:
     from engine.cluster.service import for_accounts
     from engine.store.lease import holder_id
 
-    http = args.advertise or f"http://{args.host}:{args.port}"
+    http = args.advertise or f"http://{args.host}:{args.internal_port or args.port}"
     nats = f"nats://{args.nats_host or args.host}:{args.nats_port}" if args.nats_port else ""
     cluster = for_accounts(accounts, Member(holder_id(), http, nats))
     cluster.start()
@@ -540,6 +546,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--advertise", default=None, metavar="URL",
                        help="with --cluster: the HTTP address other gateways reach this one at "
                             "(default http://<host>:<port>)")
+    serve.add_argument("--workers", type=int, default=1, metavar="N",
+                       help="run N gateway processes on this machine sharing --port (SO_REUSEPORT), each owning "
+                            "a share of the streams as with --cluster (implies --cluster --wal object; no NATS door)")
+    serve.add_argument("--internal-port", type=int, default=0, help=argparse.SUPPRESS)  # a worker's own port
     serve.add_argument("--wal-dir", default=None, metavar="DIR",
                        help="local folder of the write-ahead logs (default: the warehouse folder; for an s3:// "
                             "warehouse ./jetlake-state). Its streams wait for this gateway to return if it dies")
@@ -658,6 +668,7 @@ def _seconds(text: str) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # `serve --workers N` passes them on
     logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     return int(args.func(args))

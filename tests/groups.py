@@ -19,7 +19,7 @@ SHORT_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 _TESTS = Path(__file__).parent
 _SERVER_PATHS = ("faults", "nats", "test_scale.py", "test_s3_server.py", "test_gateway_on_s3.py",
-                 "test_wal_object.py", "test_gateways.py", "engine/test_restart_on_s3.py", "engine/test_delta_on_s3.py",
+                 "test_wal_object.py", "test_gateways.py", "test_workers.py", "engine/test_restart_on_s3.py", "engine/test_delta_on_s3.py",
                  "engine/test_object_log.py")
 
 

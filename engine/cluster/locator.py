@@ -28,6 +28,7 @@ from engine.store.objectstore import ObjectNotFoundError
 from engine.subjects import subject_matches
 
 DEFAULT_CACHE_NS = 1_000_000_000
+MISS_REFRESH_NS = 50_000_000
 
 
 def stream_ref(account: str, stream: str) -> str:
@@ -107,21 +108,24 @@ class ClusterLocator:
         return members
 
     def stream_for_subject(self, account: str, subject: str) -> str | None:
-        """The account's stream capturing `subject`, from the stored configs (read at most once per `cache_ns`)."""
-        for name, subjects in self._configs(account):
-            if any(subject_matches(f, subject) for f in subjects):
-                return name
+        """The account's stream capturing `subject`, from the stored configs (read at most once per
+        `cache_ns`; a miss reads them again, at most every MISS_REFRESH_NS: a stream made a moment ago
+        through another gateway is found at once)."""
+        for fresh in (False, True):
+            for name, subjects in self._configs(account, fresh):
+                if any(subject_matches(f, subject) for f in subjects):
+                    return name
         return None
 
     def streams(self, account: str) -> list[str]:
         """Every stream of the account, by name (from its stored configs)."""
         return [name for name, _ in self._configs(account)]
 
-    def _configs(self, account: str) -> list[tuple[str, list[str]]]:
+    def _configs(self, account: str, fresh: bool = False) -> list[tuple[str, list[str]]]:
         now = self.clock.now_ns()
         with self._lock:
             cached = self._subjects.get(account)
-        if cached is not None and now - cached[0] < self.cache_ns:
+        if cached is not None and now - cached[0] < (min(MISS_REFRESH_NS, self.cache_ns) if fresh else self.cache_ns):
             return cached[1]
         layout = self.layout_of(account)
         store = layout.objects
