@@ -94,11 +94,16 @@ class Consumers:
     def close_stream(self, stream: Stream, flush: bool = True) -> None:
         """A stream handed over (scoped mode): its events committed (`flush`), its store closed."""
         acks = self._scoped.pop(stream.name, None)
-        if acks is not None and flush:
-            acks.flush(fold=False)
-        if acks is not None:
-            acks.wal.close()
         stream.consumers.clear()
+        if acks is None:
+            return
+        try:
+            if flush:
+                acks.flush(fold=False)
+        except Exception as exc:  # noqa: BLE001 - the stream's ack log keeps what was not committed
+            log.warning("the acks of stream %s were not committed at its hand-over (kept in its log): %s",
+                        stream.name, exc)
+        acks.wal.close()
 
     def acks_of(self, stream: Stream) -> AckStore:
         """The ack store of a stream's events: the account's, or the stream's own in scoped mode."""

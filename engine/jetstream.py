@@ -113,8 +113,7 @@ class JetStream:
         self._log_lease = self._owner.lease if self.options.wal == "object" else None
         self.consumers = Consumers(self.layout, self.clock, self.options.sync_always, self.backlog, self._log_lease)
         self.consumers.scoped = self.options.cluster
-        # Several gateways (engine/cluster/): a new stream's lease is claimed before it is made, and
-        # given up when it is deleted; set by the gateway's cluster host.
+        # Several gateways (engine/cluster/service.py): a stream's lease is taken to make it, released to delete it
         self.claim_stream: Callable[[str], Lease] | None = None
         self.release_stream: Callable[[str], None] | None = None
         self.flusher = Flusher(self.streams, self.consumers, self._reload, self.options.flush_interval)
@@ -152,8 +151,7 @@ class JetStream:
         # Before the owner lock: a wrong or missing key refuses the start without writing a byte.
         self.keyring = encryption.open_keyring(self.layout, self.options.key, self.options.prev_key, self.clock)
         if self.options.cluster:  # streams arrive one by one as this gateway claims them (`take`)
-            self.consumers.notify = self._notify
-            self.opened = True
+            self.consumers.notify, self.opened = self._notify, True
             if start_flusher:
                 self.flusher.start()
             return
@@ -236,9 +234,8 @@ class JetStream:
             self._streams[stream.name] = _Entry(stream)
 
     def take(self, name: str, lease: Lease) -> None:
-        """Serves a stream this gateway now owns (several gateways): recovers it from its table and its
-        log, under `lease`, whose token fences every log write of the stream and of its consumers.
-        Raises when it cannot be recovered (the lease is then released for another gateway)."""
+        """Serves a stream this gateway now owns (several gateways), recovered under `lease`, whose token
+        fences its writes and its consumers'. Raises when it cannot be recovered (the lease is released)."""
         self._tombstones = TombstoneView(self.layout.tombstones)
         try:
             stream = self._load_stream(self.layout.stream_config_key(name), lease)
@@ -246,8 +243,7 @@ class JetStream:
             self._tombstones = None
         if not stream.recovered:
             raise errors.UnavailableError(f"stream {name} is unavailable: {stream.failure}")
-        from engine.erasures import registry
-
+        from engine.erasures import registry  # pending erasures: forgotten again by the rebuilt memory
         registry(self.layout).forget_pending([stream])
         self.consumers.open_stream(stream, lease)
         with self._lock:
@@ -255,8 +251,7 @@ class JetStream:
             self._by_subject.clear()
 
     def hand_over(self, name: str) -> None:
-        """Gives a stream up (another gateway should own it): its log committed, then no more writes.
-        Whatever is logged after the commit stays in the fenced log, which the next owner replays."""
+        """Gives a stream up: its log committed, then no more writes (later ones stay in the fenced log)."""
         entry = self._streams.get(name)
         if entry is None:
             return
@@ -278,10 +273,7 @@ class JetStream:
             with self._lock:
                 self._streams.pop(name, None)
                 self._by_subject.clear()
-            try:
-                self.consumers.close_stream(stream, flush)
-            except Exception as exc:  # noqa: BLE001 - the ack log keeps what was not committed
-                log.warning("the acks of stream %s were not committed at its hand-over (kept in its log): %s", name, exc)
+            self.consumers.close_stream(stream, flush)
             stream.store.close()
             self.flusher.forget(name)
         self._notify(name)
@@ -432,8 +424,7 @@ class JetStream:
                 if self.keyring is not None and _key_tokens(entry.stream) is not None:
                     self.keyring.destroy_stream(entry.stream.stream_id)
                 self.flusher.forget(name)
-                if self.options.cluster:
-                    self.consumers.close_stream(entry.stream, flush=False)
+                self.consumers.close_stream(entry.stream, flush=False)  # its own ack store (several gateways)
         if self.options.cluster and self.release_stream is not None:
             self.release_stream(name)
         self._notify(name)  # waiting pulls and watches of the stream end now, not at their next timeout

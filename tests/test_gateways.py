@@ -61,7 +61,8 @@ def _consume(client: httpx.Client, stream: str, batch: int) -> list[int]:
     assert got.status_code == 200, got.text
     msgs = got.json()["messages"]
     if msgs:
-        answer = client.post(f"/v1/streams/{stream}/consumers/C/ack", json={"acks": [{"token": m["ack"]} for m in msgs]})
+        acks = {"acks": [{"token": m["ack"]} for m in msgs]}
+        answer = client.post(f"/v1/streams/{stream}/consumers/C/ack", json=acks)
         assert answer.status_code == 200, answer.text
     return [m["seq"] for m in msgs]
 
@@ -120,7 +121,8 @@ def test_three_gateways_spread_streams_and_survive_the_kill_of_the_busiest_owner
         served: dict[str, float] = {}
         with survivors[0].client() as c:
             while len(served) < len(victim_streams):
-                assert time.monotonic() - killed_at < FAILOVER_BOUND, f"not served again: {set(victim_streams) - set(served)}"
+                waiting = set(victim_streams) - set(served)
+                assert time.monotonic() - killed_at < FAILOVER_BOUND, f"not served again: {waiting}"
                 for stream in victim_streams:
                     if stream not in served and c.get(f"/v1/streams/{stream}").status_code == 200:
                         served[stream] = time.monotonic() - killed_at

@@ -46,7 +46,8 @@ def test_two_workers_share_one_port_and_one_warehouse(tmp_path: Path) -> None:
             gateways = c.get("/v1/cluster").json()["gateways"]
             assert len({g["http"] for g in gateways}) == 2
             for stream in STREAMS:
-                assert c.post("/v1/streams", json={"name": stream, "subjects": [f"{stream.lower()}.>"]}).status_code == 201
+                made = c.post("/v1/streams", json={"name": stream, "subjects": [f"{stream.lower()}.>"]})
+                assert made.status_code == 201, made.text
             for round_ in range(10):
                 for stream in STREAMS:
                     with httpx.Client(base_url=url, timeout=30.0) as fresh:  # new connections: either worker

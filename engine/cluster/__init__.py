@@ -6,4 +6,6 @@ from engine.cluster.ownership import Ownership, Plan, StreamHost, plan
 from engine.cluster.rendezvous import assign, owner_of
 
 __all__ = [
-    "ClusterLocator", "lease_key_of", "split_ref", "stream_ref","Member", "Membership", "Ownership", "Plan", "StreamHost", "assign", "owner_of", "plan"]
+    "ClusterLocator", "Member", "Membership", "Ownership", "Plan", "StreamHost", "assign", "lease_key_of",
+    "owner_of", "plan", "split_ref", "stream_ref",
+]

@@ -156,4 +156,5 @@ def for_accounts(accounts: Accounts, me: Member, **options: float | int) -> Clus
     def layout_of(name: str) -> Layout:
         return Layout(accounts.warehouse, name, accounts.options.wal_dir)
 
-    return Cluster(accounts.warehouse.open(), me, accounts.names, engine_of, layout_of, **options)  # type: ignore[arg-type]
+    store = accounts.warehouse.open()
+    return Cluster(store, me, accounts.names, engine_of, layout_of, **options)  # type: ignore[arg-type]

@@ -68,7 +68,8 @@ def front(tmp_path: Path, owner: Gateway, monkeypatch: pytest.MonkeyPatch) -> It
 
 
 def _same(a: httpx.Response, b: httpx.Response) -> None:
-    assert (a.status_code, a.content, a.headers.get("content-type")) == (b.status_code, b.content, b.headers.get("content-type"))
+    assert (a.status_code, a.content) == (b.status_code, b.content)
+    assert a.headers.get("content-type") == b.headers.get("content-type")
     for name in ("nats-stream", "nats-sequence", "nats-subject", "etag"):
         assert a.headers.get(name) == b.headers.get(name)
 
@@ -91,7 +92,8 @@ def test_requests_for_a_stream_owned_elsewhere_are_answered_by_the_owner(
                 _same(first, second)
         assert via.get("/v1/streams/FWD/messages/99").json()["error"]["err_code"] == 10037
 
-        assert via.post("/v1/streams/FWD/consumers", json={"durable_name": "C", "ack_policy": "explicit"}).status_code in (200, 201)
+        consumer = {"durable_name": "C", "ack_policy": "explicit"}
+        assert via.post("/v1/streams/FWD/consumers", json=consumer).status_code in (200, 201)
         got = via.post("/v1/streams/FWD/consumers/C/next", json={"batch": 3, "expires": 2_000_000_000})
         assert got.status_code == 200, got.text
         delivered = got.json()["messages"] if isinstance(got.json(), dict) else got.json()
