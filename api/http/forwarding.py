@@ -25,14 +25,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 import orjson
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.http import binary_batch
+from api.http import batch_split, binary_batch, cluster_views
 from api.http.gate import ACCESS, ROUTE
+from api.http.peers import Answer, Locator, replay
 from api.http.responses import json_response
 from engine import errors
 
@@ -46,16 +47,6 @@ _HOP_BY_HOP = frozenset({
     b"transfer-encoding", b"upgrade", b"host", b"content-length",
 })
 _CREATES = {"streams.create": ("name", ""), "kv.create": ("bucket", "KV_"), "objects.create": ("bucket", "OBJ_")}
-
-
-class Locator(Protocol):
-    """Where a stream is served: by this gateway (None) or at another gateway's base URL."""
-
-    def owner_url(self, account: str, stream: str) -> str | None:
-        """None: served here; "": owned by a gateway not reachable now; else the owner's base URL."""
-        ...
-
-    def stream_for_subject(self, account: str, subject: str) -> str | None: ...
 
 
 def target_stream(route: str, params: dict[str, Any]) -> str | None:
@@ -99,6 +90,22 @@ class Forwarder:
             await response.aclose()
         return True
 
+    async def fetch(self, scope: Scope, body: bytes, base_url: str, timeout: float | None = None) -> Answer | None:
+        """The whole answer of another gateway to the request of `scope` with `body` (its query as in
+        the scope); None when it could not be reached or did not answer within `timeout`."""
+        headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _HOP_BY_HOP] + [(FORWARDED, b"1")]
+        url = base_url.rstrip("/") + scope["path"]
+        if scope.get("query_string"):
+            url += "?" + scope["query_string"].decode("latin-1")
+        bound = httpx.Timeout(timeout) if timeout is not None else httpx.Timeout(connect=2.0, read=None, write=60.0,
+                                                                                    pool=self.timeout)
+        try:
+            response = await self.client.request(scope["method"], url, headers=headers, content=body, timeout=bound)
+        except httpx.HTTPError as exc:
+            log.info("asking %s %s of %s: %s", scope["method"], scope["path"], base_url, exc)
+            return None
+        return Answer(response.status_code, response.content)
+
     async def aclose(self) -> None:
         await self.client.aclose()
 
@@ -123,16 +130,38 @@ class ForwardingMiddleware:
             stream = await asyncio.to_thread(self.locator.stream_for_subject, access.account.name, params["subject"])
         elif route.name == "publish.batch":
             body = await _read_body(receive)
+            if await self._publish_split(scope, receive, send, access.account.name, body):
+                return
             subject = _first_subject(scope, body)
             if subject is not None:
                 stream = await asyncio.to_thread(self.locator.stream_for_subject, access.account.name, subject)
+        elif route.name in cluster_views.VIEWS:
+            await cluster_views.answer(self.app, self.locator, self.forwarder.fetch, access.account.name, scope,
+                                       receive, send)
+            return
         elif route.name in _CREATES:
             body = await _read_body(receive)
             stream = _created_name(route.name, body)
         if stream is None:
-            await self.app(scope, receive if body is None else _replay(body, receive), send)
+            await self.app(scope, receive if body is None else replay(body, receive), send)
             return
         await self._serve(scope, receive, send, access.account.name, stream, body)
+
+    async def _publish_split(self, scope: Scope, receive: Receive, send: Send, account: str, body: bytes) -> bool:
+        """A batch for streams of several owners, split by owner (api/http/batch_split.py); False when
+        it has one owner (or does not parse), to be served or forwarded whole."""
+        content_type = next((v for k, v in scope["headers"] if k.lower() == b"content-type"), b"").decode("latin-1")
+        batch = batch_split.parse(content_type, body)
+        if batch is None:
+            return False
+        groups = await asyncio.to_thread(batch_split.owners, self.locator, account, batch.subjects)
+        if len(groups) < 2:
+            return False
+        deadline = time.monotonic() + self.forwarder.timeout
+        acks = await batch_split.publish(self.app, self.locator, self.forwarder.fetch, account, scope, receive, batch,
+                                         deadline)
+        await json_response({"acks": acks}, 200)(scope, receive, send)
+        return True
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, account: str, stream: str,
                      body: bytes | None) -> None:
@@ -142,7 +171,7 @@ class ForwardingMiddleware:
         while True:
             owner = await asyncio.to_thread(self.locator.owner_url, account, stream)
             if owner is None:
-                await self.app(scope, receive if body is None else _replay(body, receive), send)
+                await self.app(scope, receive if body is None else replay(body, receive), send)
                 return
             if body is None:
                 body = await _read_body(receive)
@@ -157,9 +186,8 @@ class ForwardingMiddleware:
 
 
 def _first_subject(scope: Scope, body: bytes) -> str | None:
-    """The subject of a batch's first message (JSON, NDJSON or binary); a batch goes to the owner of the
-    stream that captures it (a batch spanning streams of several owners is answered by that one, which
-    reports the others' messages as captured by no stream). None when the body does not parse: the
+    """The subject of a batch's first message (JSON, NDJSON or binary): a batch whose messages all have
+    one owner goes to the owner of the stream that captures it. None when the body does not parse: the
     route answers it here."""
     content_type = next((v for k, v in scope["headers"] if k.lower() == b"content-type"), b"").decode("latin-1")
     try:
@@ -196,17 +224,3 @@ async def _read_body(receive: Receive) -> bytes:
         if not message.get("more_body", False):
             break
     return b"".join(parts)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A `receive` that gives the already read body once, then what the server sends (a disconnect)."""
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay

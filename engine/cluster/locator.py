@@ -121,6 +121,16 @@ class ClusterLocator:
         """Every stream of the account, by name (from its stored configs)."""
         return [name for name, _ in self._configs(account)]
 
+    def stream_subjects(self, account: str) -> list[tuple[str, list[str]]]:
+        """Every stream of the account with its subjects, read again when older than MISS_REFRESH_NS:
+        the truth for account-wide views (a stream made a moment ago through another gateway counts)."""
+        return self._configs(account, fresh=True)
+
+    def peers(self) -> list[str]:
+        """The HTTP addresses of the other live gateways (account-wide views ask each of them)."""
+        me = self.membership.me.id
+        return sorted(m.http for m in self.members().values() if m.id != me and m.http)
+
     def _configs(self, account: str, fresh: bool = False) -> list[tuple[str, list[str]]]:
         now = self.clock.now_ns()
         with self._lock:

@@ -40,6 +40,12 @@ class FixedLocator:
     def stream_for_subject(self, account: str, subject: str) -> str | None:
         return "FWD" if subject.startswith("fwd.") else None
 
+    def stream_subjects(self, account: str) -> list[tuple[str, list[str]]]:
+        return []
+
+    def peers(self) -> list[str]:
+        return []
+
 
 @pytest.fixture
 def owner(tmp_path: Path) -> Iterator[Gateway]:
