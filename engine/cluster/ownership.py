@@ -10,6 +10,9 @@ with those it holds:
 - a stream it should own is claimed: the lease is taken when free, released or expired (a dead
   gateway's streams move once its lease runs out), then the host opens it under the lease;
 - held leases are renewed; a lease found taken over tells the host the stream is lost.
+`renew` may run on a thread of its own (engine/cluster/service.py does) while a round is claiming:
+the lease of a stream being recovered is renewed too, so a slow recovery of one stream delays
+neither the renewal of the others nor its own.
 The lease names its holder by member id; the holder's addresses are in its membership record
 (membership.py), one record per gateway rather than a copy per stream.
 Counterpart: nats-server's stream leader election (server/jetstream_cluster.go), replaced by leases.
@@ -18,6 +21,7 @@ Counterpart: nats-server's stream leader election (server/jetstream_cluster.go),
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -86,7 +90,10 @@ class Ownership:
         self.ttl_ns = ttl_ns
         self.clock: Clock = clock or SystemClock()
         self.held: dict[str, Lease] = {}
-        self._renewed_ns: dict[str, int] = {}  # when each held lease was last written
+        self._taking: dict[str, Lease] = {}  # claimed, the host still recovering the stream
+        self._renewed_ns: dict[str, int] = {}  # when each held (or taking) lease was last written
+        self._lock = threading.Lock()  # held, _taking, _renewed_ns: rounds and renewals on two threads
+        self._renewing = threading.Lock()
 
     def round(self, streams: Iterable[str], members: Iterable[str]) -> Plan:
         """One round: renew, hand over, claim. Returns what was planned (a claim of a lease still
@@ -105,14 +112,14 @@ class Ownership:
         lease = Lease(self.store, self.lease_key(stream), self.me, self.ttl_ns, clock=self.clock)
         if not lease.try_acquire(breakable=holder_is_dead):
             raise LeaseHeldError(f"stream {stream} is owned by {lease.holder()}")
-        self.held[stream] = lease
-        self._renewed_ns[stream] = self.clock.now_ns()
+        with self._lock:
+            self.held[stream] = lease
+            self._renewed_ns[stream] = self.clock.now_ns()
         return lease
 
     def forget(self, stream: str) -> None:
         """A stream deleted (or not made after `claim_new`): its lease released, nothing handed over."""
-        lease = self.held.pop(stream, None)
-        self._renewed_ns.pop(stream, None)
+        lease = self._pop(stream)
         if lease is not None:
             try:
                 lease.release()
@@ -129,21 +136,31 @@ class Ownership:
         except ObjectStoreError as exc:
             log.warning("claiming stream %s failed (%s); retried next round", stream, exc)
             return False
+        with self._lock:
+            self._taking[stream] = lease
+            self._renewed_ns[stream] = self.clock.now_ns()
         try:
             self.host.take(stream, lease)
         except Exception:
             log.exception("stream %s could not be opened; its lease is released for another gateway", stream)
+            with self._lock:
+                self._taking.pop(stream, None)
+                self._renewed_ns.pop(stream, None)
             lease.release()
             return False
-        self.held[stream] = lease
-        self._renewed_ns[stream] = self.clock.now_ns()
+        with self._lock:
+            kept = self._taking.pop(stream, None) is lease  # not lost to another gateway while recovering
+            if kept:
+                self.held[stream] = lease
+        if not kept:
+            self.host.lost(stream, "its lease was taken over while the stream was being recovered")
+            return False
         log.info("stream %s claimed (token %s)", stream, lease.token)
         return True
 
     def hand_over(self, stream: str) -> None:
         """Flushes and closes the stream, then releases its lease for the gateway that should own it."""
-        lease = self.held.pop(stream, None)
-        self._renewed_ns.pop(stream, None)
+        lease = self._pop(stream)
         if lease is None:
             return
         try:
@@ -156,21 +173,27 @@ class Ownership:
         log.info("stream %s handed over", stream)
 
     def renew(self, force: bool = False) -> None:
-        """Renews the held leases written a third of their TTL ago or more (one PUT per stream per
-        TTL/3, not per round); one taken over is dropped and its stream stops serving."""
-        now = self.clock.now_ns()
-        for stream, lease in list(self.held.items()):
-            if self.held.get(stream) is not lease:
-                continue  # forgotten meanwhile
-            if not force and now - self._renewed_ns.get(stream, 0) < self.ttl_ns // 3:
-                continue
-            try:
-                lease.renew()
-                self._renewed_ns[stream] = now
-            except LeaseLostError as exc:
-                self._drop(stream, str(exc))
-            except ObjectStoreError as exc:  # no answer: the lease stays trusted until its margin
-                log.warning("lease of stream %s not renewed (%s); retried next round", stream, exc)
+        """Renews the held leases (and those of streams being recovered) written a third of their TTL
+        ago or more (one PUT per stream per TTL/3, not per round); one taken over is dropped and its
+        stream stops serving. Safe beside a round on another thread."""
+        with self._renewing:
+            now = self.clock.now_ns()
+            with self._lock:
+                leases = [*self.held.items(), *self._taking.items()]
+            for stream, lease in leases:
+                with self._lock:
+                    current = self.held.get(stream) or self._taking.get(stream)
+                    due = force or now - self._renewed_ns.get(stream, 0) >= self.ttl_ns // 3
+                if current is not lease or not due:
+                    continue  # forgotten or handed over meanwhile, or renewed recently
+                try:
+                    lease.renew()
+                    with self._lock:
+                        self._renewed_ns[stream] = now
+                except LeaseLostError as exc:
+                    self._drop(stream, str(exc))
+                except ObjectStoreError as exc:  # no answer: the lease stays trusted until its margin
+                    log.warning("lease of stream %s not renewed (%s); retried", stream, exc)
 
     def release_all(self) -> None:
         """A clean stop: every stream handed over."""
@@ -184,9 +207,21 @@ class Ownership:
             return None
         return record
 
+    def _pop(self, stream: str) -> Lease | None:
+        with self._lock:
+            self._renewed_ns.pop(stream, None)
+            return self.held.pop(stream, None)
+
     def _drop(self, stream: str, reason: str) -> None:
-        lease = self.held.pop(stream, None)
-        self._renewed_ns.pop(stream, None)
+        with self._lock:
+            taking = self._taking.pop(stream, None)
+            if taking is not None:
+                self._renewed_ns.pop(stream, None)
+        if taking is not None:  # the claiming round tells the host once its recovery returns
+            taking.lost()
+            log.error("stream %s lost while being recovered: %s", stream, reason)
+            return
+        lease = self._pop(stream)
         if lease is None:
             return
         lease.lost()

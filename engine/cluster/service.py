@@ -2,6 +2,8 @@
 
 Every `interval` seconds: the heartbeat is written, the live members listed, every stream of every
 account listed (from the stored configs), and ownership runs a round (claim, renew, hand over).
+The heartbeat and the renewals also run on a thread of their own, so a round held up by a slow
+recovery of one stream never lets the others' leases (or the membership) run out.
 Streams are served by the accounts' engines (`take`, `hand_over`, `lost`); a stream made through
 this gateway takes its lease first (`claim_new`). A clean stop hands every stream over and leaves
 the membership, so the others take the streams at their next round instead of after the TTL.
@@ -96,7 +98,7 @@ class Cluster:
         self.locator = ClusterLocator(self.membership, self.ownership, layout_of, clock=self.clock)
         self._round_lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
         """Hooks the engines, announces this gateway, runs a first round, then keeps running them."""
@@ -106,8 +108,24 @@ class Cluster:
                 engine.claim_stream = lambda name, a=account: self.claim_new(a, name)
                 engine.release_stream = lambda name, a=account: self.ownership.forget(stream_ref(a, name))
         self.round()
-        self._thread = threading.Thread(target=self._run, name="jetlake-cluster", daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._run, name="jetlake-cluster", daemon=True),
+                         threading.Thread(target=self._renew, name="jetlake-renew", daemon=True)]
+        for thread in self._threads:
+            thread.start()
+
+    def _renew(self) -> None:
+        """The heartbeat and the lease renewals, on a thread of their own: a round stuck claiming
+        (a slow recovery of one stream) never lets this gateway's other leases, or its membership,
+        run out."""
+        while not self._stop.wait(self.interval):
+            try:
+                self.membership.heartbeat()
+            except ObjectStoreError as exc:
+                log.warning("heartbeat failed (%s); retried", exc)
+            try:
+                self.ownership.renew()
+            except Exception:  # noqa: BLE001 - the thread must keep going
+                log.exception("lease renewal failed; retried")
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -139,9 +157,9 @@ class Cluster:
     def stop(self) -> None:
         """Hands every stream over and leaves (a clean stop)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        for thread in self._threads:
+            thread.join()
+        self._threads = []
         with self._round_lock:
             self.ownership.release_all()
         self.membership.leave()

@@ -5,6 +5,8 @@ a deposed stream owner's log write is refused. Real leases and real fenced log o
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -25,6 +27,7 @@ from engine.cluster import (
     split_ref,
     stream_ref,
 )
+from engine.cluster.service import Cluster
 from engine.store.commits import TableCommitter, ensure_table, open_table
 from engine.store.layout import Layout
 from engine.store.leases import Lease, LeaseLostError
@@ -258,3 +261,71 @@ def test_a_deposed_owners_table_commit_is_refused(layout: Layout) -> None:
         committer.append(lambda _: stale, "S", 3, fence=("owner-token", 1))
     committer.append(lambda _: stale, "S", 3, fence=("owner-token", 2))
     assert sorted(open_table(table).to_pyarrow_table().column("seq").to_pylist()) == [1, 2, 3]
+
+
+class SlowHost:
+    """An account's engine as the cluster sees it, whose recovery of stream SLOW waits until the test
+    lets it go (a recovery replaying a long log from a slow store)."""
+
+    claim_stream = None
+    release_stream = None
+
+    def __init__(self) -> None:
+        self.recovering = threading.Event()
+        self.finish = threading.Event()
+        self.taken: list[str] = []
+
+    def take(self, name: str, lease: Lease) -> None:
+        if name == "SLOW":
+            self.recovering.set()
+            assert self.finish.wait(60), "the test never let the recovery finish"
+        self.taken.append(name)
+
+    def hand_over(self, name: str) -> None:
+        pass
+
+    def lost(self, name: str, reason: str) -> None:
+        raise AssertionError(f"stream {name} lost: {reason}")
+
+
+def test_a_slow_recovery_of_one_stream_never_lets_the_other_leases_run_out(tmp_path: Path) -> None:
+    """The round thread is stuck in SLOW's recovery for more than two lease TTLs: the renewal thread
+    keeps every other lease (and SLOW's own) held by this gateway all along."""
+    layout = Layout(tmp_path / "warehouse")
+    store = layout.objects
+    ttl = 1_500_000_000
+
+    def make(name: str) -> None:
+        store.put(layout.stream_config_key(name), orjson.dumps({"config": {"name": name, "subjects": [f"{name}.>"]}}))
+
+    others = ["A1", "A2", "A3"]
+    for name in others:
+        make(name)
+    host = SlowHost()
+    cluster = Cluster(store, Member("gw-a", "http://gw-a"), lambda: ["default"], lambda _: host, lambda _: layout,
+                      interval=0.05, member_ttl_ns=2 * ttl, stream_ttl_ns=ttl)
+    cluster.start()
+    try:
+        assert sorted(host.taken) == others
+        make("SLOW")
+        assert host.recovering.wait(30), "SLOW was never claimed"
+        stuck_at = time.time_ns()
+        leases = {name: Lease(store, layout.stream_lease_key(name), "reader", ttl) for name in [*others, "SLOW"]}
+        deadline = time.monotonic() + 60
+        while True:  # until each lease has been renewed past two TTLs after the round got stuck
+            records = {name: lease.holder() for name, lease in leases.items()}
+            assert all(r is not None and r.owner == "gw-a" and r.held_at(time.time_ns()) for r in records.values()), \
+                records
+            if all(r is not None and r.expires_ns > stuck_at + 2 * ttl for r in records.values()):
+                break
+            assert time.monotonic() < deadline, f"leases not renewed while SLOW recovers: {records}"
+            time.sleep(0.05)
+        assert "SLOW" not in host.taken  # the round was still stuck all along
+        assert all(m.id == "gw-a" for m in cluster.membership.members())
+    finally:
+        host.finish.set()
+    deadline = time.monotonic() + 30
+    while stream_ref("default", "SLOW") not in cluster.ownership.held:
+        assert time.monotonic() < deadline, "SLOW not held after its recovery"
+        time.sleep(0.02)
+    cluster.stop()
