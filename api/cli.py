@@ -49,6 +49,8 @@ from engine.messages import DEFAULT_MAX_PAYLOAD
 
 log = logging.getLogger("jetlake")
 
+DEFAULT_NATS_PORT = 4222
+
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters
 
@@ -69,9 +71,26 @@ def _keep_freed_memory() -> None:
         pass  # not glibc
 
 
+def _nats_door_refusal(args: argparse.Namespace) -> str | None:
+    """The NATS door serves only the streams of its own process: with several gateways it would answer
+    for the others' streams as if they did not exist, so it is off there, and asking for it is refused.
+    Sets `args.nats_port` (default 4222 for one gateway, 0 with --cluster or --workers)."""
+    several = args.cluster or args.workers > 1
+    if args.nats_port is None:
+        args.nats_port = 0 if several else DEFAULT_NATS_PORT
+    elif several and args.nats_port:
+        return ("--nats-port cannot be used with --cluster or --workers: the NATS door does not forward to the "
+                "gateway owning a stream yet; use the HTTP API (any gateway serves every stream), or one gateway")
+    return None
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    refusal = _nats_door_refusal(args)
+    if refusal:
+        print(f"jetlake: {refusal}", file=sys.stderr)
+        return 2
     if args.workers > 1:
         from api.workers import supervise
 
@@ -572,8 +591,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="seconds between commits of each stream's log to its Delta table")
     serve.add_argument("--flush-bytes", type=int, default=DEFAULT_FLUSH_BYTES,
                        help="commit a stream early once this many bytes wait in its log")
-    serve.add_argument("--nats-port", type=int, default=4222,
-                       help="port for NATS clients (the nats CLI, nats.go, nats.py); 0 turns the NATS door off")
+    serve.add_argument("--nats-port", type=int, default=None,
+                       help=f"port for NATS clients (the nats CLI, nats.go, nats.py; default {DEFAULT_NATS_PORT}); "
+                            "0 turns the NATS door off. Refused with --cluster or --workers (the door does not "
+                            "forward to other gateways), where it is off")
     serve.add_argument("--nats-host", default=None, help="address for NATS clients (default: --host)")
     serve.add_argument("--max-unflushed-bytes", type=_positive_int, default=DEFAULT_MAX_LOG_BYTES,
                        help="bound of each log (a stream's, the ack log) not yet committed to its table; past it "

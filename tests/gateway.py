@@ -41,7 +41,8 @@ class Gateway:
         self.url = f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
         self.ca = ca
         self.client_cert = client_cert
-        self.nats_port = 0 if "--nats-port" in self.args else free_port()
+        own_door = "--nats-port" in self.args or "--cluster" in self.args  # a cluster gateway has no NATS door
+        self.nats_port = 0 if own_door else free_port()
         self.nats_url = f"nats://127.0.0.1:{self.nats_port}"
         self.proc: subprocess.Popen[bytes] | None = None
         # the log beside a local warehouse; `log_dir` for one on S3

@@ -89,3 +89,16 @@ def test_two_workers_share_one_port_and_one_warehouse(tmp_path: Path) -> None:
     finally:
         restarted.send_signal(signal.SIGTERM)
         restarted.wait(timeout=60)
+
+
+def test_the_nats_door_is_refused_with_several_gateways(tmp_path: Path) -> None:
+    """The NATS door does not forward to the gateway owning a stream: asking for it with --cluster or
+    --workers is refused at start with a clear error (exit 2), before anything is opened."""
+    nats_port = str(free_port())
+    for several in (["--cluster", "--wal", "object"], ["--workers", "2"]):
+        answer = subprocess.run([str(JETLAKE), "serve", "--warehouse", str(tmp_path / "warehouse"), "--port",
+                                 str(free_port()), "--nats-port", nats_port, *several],
+                                capture_output=True, timeout=120)
+        assert answer.returncode == 2, answer.stderr.decode()[-500:]
+        assert b"--nats-port cannot be used with --cluster or --workers" in answer.stderr
+        assert not (tmp_path / "warehouse").exists()
