@@ -15,6 +15,9 @@ matched by the gate, which runs first and authenticates): a `{stream}`, a KV or 
 (`KV_<b>`, `OBJ_<b>`), a published subject (the stream capturing it), or a create's body (the
 owner-to-be by rendezvous creates it). A forwarded request carries `Jetlake-Forwarded` and is never
 forwarded again (no loops while ownership moves); its gateway serves it or answers as it would.
+Two kinds of request concern several streams and are not sent whole: account-wide views (the stream
+list, account info, bucket lists) ask every gateway and merge (api/http/cluster_views.py), and a batch
+publish spanning streams of several owners is split by owner (api/http/batch_split.py).
 When no owner answers within `timeout` seconds (it died and its leases have not expired yet, or no
 gateway is live) the answer is JetStream's 503 (10008, "JetStream system temporarily unavailable").
 Counterpart: nats-server's route forwarding of `$JS.API` requests to the stream leader.
