@@ -41,10 +41,10 @@ class FixedLocator:
         return "FWD" if subject.startswith("fwd.") else None
 
     def stream_subjects(self, account: str) -> list[tuple[str, list[str]]]:
-        return []
+        return [("FWD", ["fwd.>"]), ("GONE1", ["gone.>"]), ("LOCAL", ["local.>"])]
 
     def peers(self) -> list[str]:
-        return []
+        return [self.owner, DEAD]
 
 
 @pytest.fixture
@@ -130,3 +130,21 @@ def test_an_owner_that_does_not_answer_gives_jetstreams_503_within_the_bound(
     error = answer.json()["error"]
     assert (error["code"], error["err_code"]) == (503, 10008) and "GONE" in error["description"]
     assert took < Forwarder().timeout + 5  # bounded: retried until the forwarding bound, then answered
+
+
+def test_account_views_merge_the_owners_answer_and_list_what_nobody_answered_for(
+        owner: Gateway, front: tuple[str, Accounts]) -> None:
+    """The stream list and account info of the forwarding gateway show its own stream, the owner's,
+    and GONE1 (stored, its gateway down) as missing and counted; the dead peer costs at most the bound."""
+    url, _ = front
+    with httpx.Client(base_url=url, timeout=60) as via:
+        assert via.post("/v1/streams", json={"name": "FWD", "subjects": ["fwd.>"]}).status_code in (200, 201)
+        assert via.post("/v1/streams", json={"name": "LOCAL", "subjects": ["local.>"]}).status_code in (200, 201)
+        assert via.post("/v1/publish/fwd.a", content=b"x").json()["seq"] == 1
+        listed = via.get("/v1/streams").json()
+        assert [s["config"]["name"] for s in listed["streams"]] == ["FWD", "LOCAL"]
+        assert [s["state"]["messages"] for s in listed["streams"]] == [1, 0]
+        assert (listed["total"], listed["missing"]) == (2, ["GONE1"])
+        info = via.get("/v1/info").json()
+        assert (info["streams"], info["consumers"]) == (3, 0)
+        assert info["storage"] == sum(s["state"]["bytes"] for s in listed["streams"])
