@@ -570,13 +570,23 @@ class MessageIndex:
     def _has_block(self, block: int) -> bool:
         return self._base <= block < self._blocks.stop
 
-    def is_live(self, seq: int) -> bool:
+    def may_be_live(self, seq: int) -> bool:
+        """Whether `seq` is live if its row is stored: in range, in a block with live messages, not removed.
+        Answered from the summaries, without reading the block's detail."""
         if seq < max(self.first_seq, 1) or seq > self.last_seq:
             return False
         block = self._block(seq)
-        if not self._has_block(block) or self._live[self._slot(block)] == 0 or self.removed.contains(seq):
+        return self._has_block(block) and self._live[self._slot(block)] != 0 and not self.removed.contains(seq)
+
+    def holds_detail(self, seq: int) -> bool:
+        """Whether the detail of `seq`'s block is in memory (unflushed, or cached): reading it costs no I/O."""
+        block = self._block(seq)
+        return block in self._pinned or block in self._cache or self.loader is None
+
+    def is_live(self, seq: int) -> bool:
+        if not self.may_be_live(seq):
             return False
-        seqs = self._detail(block).view()[0]
+        seqs = self._detail(self._block(seq)).view()[0]
         i = int(seqs.searchsorted(seq))  # the method: no numpy dispatch wrapper per read
         return i < len(seqs) and int(seqs[i]) == seq
 

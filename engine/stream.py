@@ -614,7 +614,8 @@ class Stream:
         with self.lock:
             self._expire(self.clock.now_ns())
             seq = self.index.last_seq_for(subject)
-            msg = self.store.load(seq, self.index) if seq else None
+            literal = "*" not in subject and ">" not in subject
+            msg = self.store.load(seq, self.index, subject if literal else None) if seq else None
         if msg is None:
             raise errors.NoMessageFoundError()
         return msg

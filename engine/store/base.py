@@ -55,7 +55,8 @@ class StreamStore(Protocol):
         """Makes the accepted messages (row groups in sequence order) and removals durable (per the sync
         policy) before returning."""
 
-    def load(self, seq: int, index: MessageIndex) -> StoredMessage | None: ...
+    def load(self, seq: int, index: MessageIndex, subject: str | None = None) -> StoredMessage | None:
+        """The live message `seq` or None; `subject`, when the caller knows it, may spare a read."""
 
     def load_many(self, seqs: list[int], index: MessageIndex) -> dict[int, StoredMessage]: ...
 

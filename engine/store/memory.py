@@ -110,7 +110,7 @@ class MemoryStore:
             if len(rows):
                 self.buffer.add(rows)
 
-    def load(self, seq: int, index: MessageIndex) -> StoredMessage | None:
+    def load(self, seq: int, index: MessageIndex, subject: str | None = None) -> StoredMessage | None:
         if not index.is_live(seq):
             return None
         return self.buffer.get(seq)

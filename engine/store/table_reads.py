@@ -26,6 +26,7 @@ from urllib.parse import unquote
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
@@ -38,6 +39,9 @@ log = logging.getLogger(__name__)
 READ_AHEAD = 8192
 READ_WINDOWS = 8  # decoded row groups reads keep at hand (the groups of several partitions overlap in sequences)
 READ_WINDOW_BYTES = 16 * 1024 * 1024
+_PY_ROW_BYTES = 200  # a row of a listed window as Python objects, beyond its Arrow bytes (100 B payloads)
+_FOOTER_FACTOR = 4  # a parsed footer's memory against its serialized size
+_LOCAL = pafs.LocalFileSystem()
 _FILE_COLUMNS = [name for name in STREAM_SCHEMA.names if name != PARTITION_COLUMN]
 _INDEX_COLUMNS = ["seq", "subject", "size", "ts"]
 
@@ -51,41 +55,71 @@ Opener = Callable[[pa.Table], Opened]  # sealed columns to plaintext (an encrypt
 
 
 class _Window:
-    """Messages read from the table for a range of sequences, as Python columns: O(1) per message."""
+    """The messages of one row group, kept as Arrow columns: a point read converts the one row it
+    returns (a row group of 8,192 messages as Python objects cost milliseconds to build and several
+    times the group's bytes); a consumer's window converts the group once (`list`), since it reads
+    on through it. Rows are found by binary search over the sorted `seq` column."""
 
     def __init__(self, table: pa.Table, errors: dict[int, JetStreamError] | None = None) -> None:
         self.errors = errors
-        self.seqs = table.column("seq").to_numpy()
-        self._positions = {int(s): i for i, s in enumerate(self.seqs.tolist())}
-        self.subjects = table.column("subject").to_pylist()
-        self.ts = (table.column("ts").cast(pa.int64()).to_numpy() * 1000).tolist()
-        self.msg_ids = table.column("msg_id").to_pylist()
-        self.headers = table.column("headers").to_pylist()
-        self.data = table.column("data").to_pylist()
+        seqs = table.column("seq").to_numpy()
+        self._order: np.ndarray | None = None
+        if len(seqs) > 1 and (np.diff(seqs) <= 0).any():  # an older file's group: rows out of order
+            self._order = np.argsort(seqs, kind="stable")
+            seqs = seqs[self._order]
+        self.seqs = seqs
+        self._table = table
+        self._ts = table.column("ts").cast(pa.int64()).to_numpy()
+        self._lists: tuple[list[Any], ...] | None = None
+        self.rows = table.num_rows
+        self.nbytes = table.nbytes + 8 * self.rows
+
+    @property
+    def listed(self) -> bool:
+        return self._lists is not None
+
+    def list(self) -> int:
+        """Converts every row once (consumers read on through the group); returns the bytes added."""
+        if self._lists is not None:
+            return 0
+        table = self._table
+        self._lists = tuple(table.column(name).to_pylist() for name in ("subject", "msg_id", "headers", "data"))
+        added = _PY_ROW_BYTES * self.rows
+        self.nbytes += added
+        return added
 
     def get(self, seq: int) -> StoredMessage | None:
-        i = self._positions.get(seq)
-        if i is None:
+        seqs = self.seqs
+        i = int(seqs.searchsorted(seq))  # the method: no numpy dispatch wrapper per read
+        if i >= len(seqs) or int(seqs[i]) != seq:
             return None
         if self.errors and seq in self.errors:
             raise self.errors[seq]
-        headers = self.headers[i]
-        return StoredMessage(self.subjects[i], seq, self.ts[i], self.data[i] or b"", dict(headers) if headers else None, self.msg_ids[i])
+        row = i if self._order is None else int(self._order[i])
+        if self._lists is not None:
+            subjects, msg_ids, headers_, data_ = self._lists
+            subject, msg_id, headers, data = subjects[row], msg_ids[row], headers_[row], data_[row]
+        else:
+            columns = self._table.columns
+            names = self._table.column_names
+            subject, msg_id, headers, data = (columns[names.index(name)][row].as_py()
+                                              for name in ("subject", "msg_id", "headers", "data"))
+        return StoredMessage(subject, seq, int(self._ts[row]) * 1000, data or b"", dict(headers) if headers else None, msg_id)
 
 
 class _RowGroups:
-    """Decoded row groups of the table's files, least recently used first out, within a byte budget.
+    """Decoded row groups and parsed footers of the table's files, least recently used first out,
+    within one byte budget (a footer of a file with many small row groups is itself sizeable).
 
-    A file's footer is parsed once; a point read decodes the one row group whose `seq` statistics
-    hold the sequence, and later reads in that group are dictionary lookups.
+    A point read decodes the one row group whose `seq` statistics hold the sequence; later reads in
+    that group are binary searches.
     """
 
     def __init__(self, budget: int, filesystem: Any = None, opener: Opener | None = None) -> None:
         self.budget = budget
         self.filesystem = filesystem  # pyarrow's, for a table on S3; None: local paths
         self.opener = opener
-        self._meta: dict[str, tuple[pq.FileMetaData, np.ndarray, np.ndarray]] = {}
-        self._groups: OrderedDict[tuple[str, int], tuple[_Window, int]] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, int], tuple[Any, int]] = OrderedDict()  # group -1: the footer
         self._bytes = 0
         self._lock = threading.Lock()
 
@@ -98,45 +132,73 @@ class _RowGroups:
                 return msg
         return None
 
-    def window(self, path: str, meta: pq.FileMetaData, group: int) -> _Window:
+    def window(self, path: str, meta: pq.FileMetaData, group: int, listed: bool = False) -> _Window:
         key = (path, group)
         with self._lock:
-            cached = self._groups.get(key)
+            cached = self._entries.get(key)
             if cached is not None:
-                self._groups.move_to_end(key)
-                return cached[0]
-        file = pq.ParquetFile(path, metadata=meta, filesystem=self.filesystem)
-        table = file.read_row_group(group, columns=_FILE_COLUMNS)
+                self._entries.move_to_end(key)
+                window: _Window = cached[0]
+                if listed and not window.listed:
+                    self._charge(key, window, window.list())
+                return window
+        with open_parquet(path, meta, self.filesystem) as file:
+            table = file.read_row_group(group, columns=_FILE_COLUMNS, use_threads=False)
         if self.opener is not None:
             opened = self.opener(table)
-            table = opened.table
-            window = _Window(table, opened.errors)
+            window = _Window(opened.table, opened.errors)
         else:
             window = _Window(table)
+        if listed:
+            window.list()
         with self._lock:
-            self._groups[key] = (window, table.nbytes)
-            self._bytes += table.nbytes
-            while self._bytes > self.budget and len(self._groups) > 1:
-                _, (_, size) = self._groups.popitem(last=False)
-                self._bytes -= size
+            self._put(key, window, window.nbytes)
         return window
 
     def footer(self, path: str) -> tuple[pq.FileMetaData, np.ndarray, np.ndarray]:
-        found = self._meta.get(path)
-        if found is None:
-            meta = pq.read_metadata(path, filesystem=self.filesystem)
-            column = meta.schema.to_arrow_schema().get_field_index("seq")
-            stats = [meta.row_group(i).column(column).statistics for i in range(meta.num_row_groups)]
-            lows = np.array([st.min if st is not None and st.has_min_max else -1 for st in stats], np.int64)
-            highs = np.array([st.max if st is not None and st.has_min_max else 2**62 for st in stats], np.int64)
-            found = self._meta[path] = (meta, lows, highs)
+        key = (path, -1)
+        with self._lock:
+            cached = self._entries.get(key)
+            if cached is not None:
+                self._entries.move_to_end(key)
+                return cached[0]  # type: ignore[no-any-return]
+        meta = pq.read_metadata(path, filesystem=self.filesystem)
+        column = meta.schema.to_arrow_schema().get_field_index("seq")
+        stats = [meta.row_group(i).column(column).statistics for i in range(meta.num_row_groups)]
+        lows = np.array([st.min if st is not None and st.has_min_max else -1 for st in stats], np.int64)
+        highs = np.array([st.max if st is not None and st.has_min_max else 2**62 for st in stats], np.int64)
+        found = (meta, lows, highs)
+        with self._lock:
+            self._put(key, found, _FOOTER_FACTOR * meta.serialized_size)
         return found
+
+    def _put(self, key: tuple[str, int], value: Any, size: int) -> None:
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self._bytes -= old[1]
+        self._entries[key] = (value, size)
+        self._bytes += size
+        while self._bytes > self.budget and len(self._entries) > 1:
+            _, (_, gone) = self._entries.popitem(last=False)
+            self._bytes -= gone
+
+    def _charge(self, key: tuple[str, int], value: Any, added: int) -> None:
+        self._put(key, value, self._entries[key][1] + added)
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
 
     def clear(self) -> None:
         with self._lock:
-            self._meta.clear()
-            self._groups.clear()
+            self._entries.clear()
             self._bytes = 0
+
+
+def open_parquet(path: str, meta: pq.FileMetaData | None, filesystem: Any) -> pq.ParquetFile:
+    """A Parquet file opened for a read of a few column chunks: its footer given when known; on S3 the
+    chunks of a read are fetched in one coalesced request (pre-buffering), locally read as needed."""
+    return pq.ParquetFile(path, metadata=meta, filesystem=filesystem or _LOCAL, pre_buffer=filesystem is not None)
 
 
 @dataclass
@@ -181,14 +243,17 @@ class TableReads:
 
     # -- messages -----------------------------------------------------------------------------
 
-    def message(self, seq: int, subject: str) -> StoredMessage | None:
-        """One message by sequence: the file by its partition and `seq` statistics, then one row group."""
-        partition = self.partition_of(subject)
+    def message(self, seq: int, subject_of: Callable[[], str]) -> StoredMessage | None:
+        """One message by sequence: the files whose `seq` statistics hold it, then one row group. The
+        subject's partition narrows the files only when they span several partitions, so `subject_of`
+        (which may read the index's detail of the block) is asked only then."""
         for attempt in range(2):
             files = self._file_map(refresh=attempt > 0)
-            mask = (files.min_seq <= seq) & (files.max_seq >= seq) & (files.partitions == partition)
+            candidates = np.flatnonzero((files.min_seq <= seq) & (files.max_seq >= seq))
+            if len(candidates) > 1 and len(set(files.partitions[candidates].tolist())) > 1:
+                candidates = candidates[files.partitions[candidates] == self.partition_of(subject_of())]
             try:
-                for i in np.flatnonzero(mask):
+                for i in candidates.tolist():
                     msg = self._row_groups.find(self.table.file(unquote(files.paths[i])), seq)
                     if msg is not None:
                         return msg
@@ -224,7 +289,7 @@ class TableReads:
             try:
                 meta, lows, highs = self._row_groups.footer(path)
                 for group in np.flatnonzero((lows <= hi) & (highs >= lo)).tolist():
-                    window = self._row_groups.window(path, meta, group)
+                    window = self._row_groups.window(path, meta, group, listed=True)
                     if id(window) not in held:
                         held.add(id(window))
                         self._windows.append((int(lows[group]), int(highs[group]), window))
@@ -254,8 +319,8 @@ class TableReads:
             meta, lows, highs = self._row_groups.footer(path)
             groups = np.flatnonzero((lows <= hi) & (highs >= lo)).tolist()
             if groups:
-                file = pq.ParquetFile(path, metadata=meta, filesystem=self.table.filesystem)
-                parts.append(file.read_row_groups(groups, columns=_INDEX_COLUMNS))
+                with open_parquet(path, meta, self.table.filesystem) as file:
+                    parts.append(file.read_row_groups(groups, columns=_INDEX_COLUMNS, use_threads=False))
         if not parts:
             return np.zeros(0, np.int64), pa.array([], pa.string()), np.zeros(0, np.int64), np.zeros(0, np.int64)
         table = pa.concat_tables(parts, promote_options="permissive")
