@@ -160,6 +160,7 @@ class MessageIndex:
         self.block_size = block_size
         self.cache_bytes = cache_bytes
         self.loader: Loader | None = None  # None: every detail stays in memory (memory streams)
+        self.time_loader: Callable[[int, int], tuple[np.ndarray, np.ndarray]] | None = None  # stored (seqs, ts)
         self.subjects = SubjectTable()
         self.removed = SeqSet()
         self.first_seq = 0
@@ -253,6 +254,15 @@ class MessageIndex:
                     found.keep(found.view()[0] <= self.last_seq)
             self._pinned[block] = found
         return found
+
+    def _stored_times(self, block: int) -> tuple[np.ndarray, np.ndarray]:
+        """(seqs, ts) of the live rows of a flushed block, from the table's two columns: the rows its
+        detail would hold (within the index's range), less the removed ones."""
+        assert self.time_loader is not None
+        lo, hi = self._span(block)
+        seqs, ts = self.time_loader(max(lo, self.first_seq, 1), min(hi, self.last_seq))
+        alive = ~self.removed.mask(seqs)
+        return (seqs, ts) if alive.all() else (seqs[alive], ts[alive])
 
     def _live_rows(self, block: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The live rows of a block within [lo, hi]: (seqs, sids, sizes, ts)."""
@@ -851,12 +861,14 @@ class MessageIndex:
         return self.subject_state(subject)[1]
 
     def seq_at_or_after_time(self, ts: int) -> int:
-        """First live sequence published at or after `ts` (timestamps never go back)."""
-        for block in range(self._base, self._blocks.stop):
-            slot = self._slot(block)
-            if self._live[slot] == 0 or self._last_ts[slot] < ts:
-                continue
-            rows, _, _, row_ts = self._live_rows(block, *self._span(block))
+        """First live sequence published at or after `ts` (timestamps never go back). A block whose detail
+        is not in memory is searched in its stored sequences and times only (`time_loader`)."""
+        for slot in np.flatnonzero((self._live != 0) & (self._last_ts >= ts)).tolist():
+            block = self._base + slot
+            if self.time_loader is not None and not self.holds_detail(self._span(block)[0]):
+                rows, row_ts = self._stored_times(block)
+            else:
+                rows, _, _, row_ts = self._live_rows(block, *self._span(block))
             hit = np.flatnonzero(row_ts >= ts)
             if len(hit):
                 return int(rows[hit[0]])

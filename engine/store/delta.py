@@ -196,6 +196,7 @@ class DeltaStore:
         """An empty index whose block details are read back from this table."""
         index = MessageIndex(cache_bytes=self.index_cache_bytes)
         index.loader = self.reads.index_rows
+        index.time_loader = self.reads.time_rows
         return index
 
     @property
@@ -644,6 +645,7 @@ class DeltaStore:
             return None, None
         index = MessageIndex.from_arrays(arrays, cache_bytes=self.index_cache_bytes)
         index.loader = self.reads.index_rows
+        index.time_loader = self.reads.time_rows
         index.flushed_upto = meta["flushed_seq"]
         self.partitioner.learn(set(meta.get("partitions", [])))
         covered = SeqSet.from_arrays(*index.removed.to_arrays())

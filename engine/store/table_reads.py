@@ -304,32 +304,9 @@ class TableReads:
 
     def index_rows(self, lo: int, hi: int) -> tuple[np.ndarray, pa.Array, np.ndarray, np.ndarray]:
         """(seqs, subjects, sizes, ts in ns) of the rows with lo ≤ seq ≤ hi, ascending, each once."""
-        for attempt in range(2):
-            try:
-                return self._index_rows(lo, hi, refresh=attempt > 0)
-            except FileNotFoundError:
-                self.forget()
-        return self._index_rows(lo, hi, refresh=True)
-
-    def _index_rows(self, lo: int, hi: int, refresh: bool) -> tuple[np.ndarray, pa.Array, np.ndarray, np.ndarray]:
-        files = self._file_map(refresh)
-        parts: list[pa.Table] = []
-        for i in np.flatnonzero((files.min_seq <= hi) & (files.max_seq >= lo)):
-            path = self.table.file(unquote(files.paths[i]))
-            meta, lows, highs = self._row_groups.footer(path)
-            groups = np.flatnonzero((lows <= hi) & (highs >= lo)).tolist()
-            if groups:
-                with open_parquet(path, meta, self.table.filesystem) as file:
-                    parts.append(file.read_row_groups(groups, columns=_INDEX_COLUMNS, use_threads=False))
-        if not parts:
+        table = self._rows(lo, hi, _INDEX_COLUMNS)
+        if not table.num_rows:
             return np.zeros(0, np.int64), pa.array([], pa.string()), np.zeros(0, np.int64), np.zeros(0, np.int64)
-        table = pa.concat_tables(parts, promote_options="permissive")
-        seq = table.column("seq")
-        table = table.filter(pc.and_(pc.greater_equal(seq, lo), pc.less_equal(seq, hi)))
-        seqs = table.column("seq").to_numpy()
-        if len(seqs) > 1 and (np.diff(seqs) < 0).any():  # delta-rs does not keep the input order in a file
-            table = table.sort_by("seq")
-        table = _once_per_seq(table)
         if self._subject_opener is not None:
             table = self._subject_opener(table)
         return (
@@ -338,6 +315,44 @@ class TableReads:
             table.column("size").to_numpy().astype(np.int64),
             table.column("ts").cast(pa.int64()).to_numpy().astype(np.int64) * 1000,
         )
+
+    def time_rows(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """(seqs, ts in ns) of the rows with lo ≤ seq ≤ hi, ascending, each once: a search by time
+        reads these two columns, not the subjects a block's detail needs."""
+        table = self._rows(lo, hi, ["seq", "ts"])
+        return (table.column("seq").to_numpy().astype(np.int64),
+                table.column("ts").cast(pa.int64()).to_numpy().astype(np.int64) * 1000)
+
+    def _rows(self, lo: int, hi: int, columns: list[str]) -> pa.Table:
+        for attempt in range(2):
+            try:
+                return self._read_rows(lo, hi, columns, refresh=attempt > 0)
+            except FileNotFoundError:
+                self.forget()
+        return self._read_rows(lo, hi, columns, refresh=True)
+
+    def _read_rows(self, lo: int, hi: int, columns: list[str], refresh: bool) -> pa.Table:
+        """`columns` of the rows with lo ≤ seq ≤ hi, sorted by `seq`, each sequence once."""
+        files = self._file_map(refresh)
+        parts: list[pa.Table] = []
+        for i in np.flatnonzero((files.min_seq <= hi) & (files.max_seq >= lo)):
+            path = self.table.file(unquote(files.paths[i]))
+            meta, lows, highs = self._row_groups.footer(path)
+            groups = np.flatnonzero((lows <= hi) & (highs >= lo)).tolist()
+            if groups:
+                with open_parquet(path, meta, self.table.filesystem) as file:
+                    parts.append(file.read_row_groups(groups, columns=columns, use_threads=False))
+        if not parts:
+            return pa.table({name: pa.array([], STREAM_SCHEMA.field(name).type) for name in columns})
+        table = pa.concat_tables(parts, promote_options="permissive")
+        seqs = table.column("seq").to_numpy()
+        inside = (seqs >= lo) & (seqs <= hi)  # in numpy: pyarrow converts Python ints through a failed import each call
+        if not inside.all():
+            table = table.filter(pa.array(inside))
+            seqs = seqs[inside]
+        if len(seqs) > 1 and (np.diff(seqs) < 0).any():  # delta-rs does not keep the input order in a file
+            table = table.sort_by("seq")
+        return _once_per_seq(table)
 
     def recent_msg_ids(self, since_ns: int) -> tuple[list[tuple[str, int, int]], str | None]:
         """The (msg_id, seq, ts) of messages published at or after `since_ns` (the duplicate window),
