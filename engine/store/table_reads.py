@@ -68,7 +68,7 @@ class _Window:
             self._order = np.argsort(seqs, kind="stable")
             seqs = seqs[self._order]
         self.seqs = seqs
-        self._table = table
+        self.table = table  # the decoded columns (plaintext for an encrypted stream)
         self._ts = table.column("ts").cast(pa.int64()).to_numpy()
         self._lists: tuple[list[Any], ...] | None = None
         self.rows = table.num_rows
@@ -82,7 +82,7 @@ class _Window:
         """Converts every row once (consumers read on through the group); returns the bytes added."""
         if self._lists is not None:
             return 0
-        table = self._table
+        table = self.table
         self._lists = tuple(table.column(name).to_pylist() for name in ("subject", "msg_id", "headers", "data"))
         added = _PY_ROW_BYTES * self.rows
         self.nbytes += added
@@ -100,8 +100,8 @@ class _Window:
             subjects, msg_ids, headers_, data_ = self._lists
             subject, msg_id, headers, data = subjects[row], msg_ids[row], headers_[row], data_[row]
         else:
-            columns = self._table.columns
-            names = self._table.column_names
+            columns = self.table.columns
+            names = self.table.column_names
             subject, msg_id, headers, data = (columns[names.index(name)][row].as_py()
                                               for name in ("subject", "msg_id", "headers", "data"))
         return StoredMessage(subject, seq, int(self._ts[row]) * 1000, data or b"", dict(headers) if headers else None, msg_id)
@@ -188,6 +188,11 @@ class _RowGroups:
     @property
     def nbytes(self) -> int:
         return self._bytes
+
+    def windows(self) -> list[_Window]:
+        """The decoded row groups held now."""
+        with self._lock:
+            return [value for (_, group), (value, _) in self._entries.items() if group >= 0]
 
     def clear(self) -> None:
         with self._lock:

@@ -126,10 +126,11 @@ def _held_bytes(store: DeltaStore) -> bytes:
     for rows in store.buffer._batches:
         parts += [rows.message(i).data + rows.subjects[i].encode() for i in range(len(rows))]
     reads = store.reads
-    for window, _ in reads._row_groups._groups.values():
-        parts += [d or b"" for d in window.data] + [s.encode() for s in window.subjects]
+    for window in reads._row_groups.windows():
+        table = window.table
+        parts += [d or b"" for d in table.column("data").to_pylist()] + [s.encode() for s in table.column("subject").to_pylist()]
     for _, _, window in reads._windows:
-        parts += [d or b"" for d in window.data]
+        parts += [d or b"" for d in window.table.column("data").to_pylist()]
     return b"|".join(parts)
 
 
