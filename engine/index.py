@@ -9,7 +9,10 @@ id, size, time) are its detail: held in memory while any of them is unflushed, t
 demand from the table through the store's `loader` and kept in a byte-bounded cache. So a stream of
 a hundred million messages costs a few bytes a block and a few dozen bytes a subject, and a read by
 sequence, time or subject finds its block from the summaries, then one detail. A message is live when
-its row is present in its block's detail (or table) and its sequence is not removed.
+its row is present in its block's detail (or table) and its sequence is not removed: so a store may
+read a flushed message straight from its table when `may_be_live` holds and the block's detail is not
+in memory (the row it finds is the detail's row), and a search by time reads a cold block's stored
+sequences and times only (`time_loader`).
 
 Counts are kept, not recomputed: a removal takes the removed rows' subjects and sizes from the detail
 and updates the block, the subject and the stream at once; a range removal (purge, expiry, limits)

@@ -2,10 +2,13 @@
 
 The table's files are known from the Delta log's `add` actions (path, partition, `seq` and `ts`
 statistics); a file's Parquet footer is parsed once and its row groups chosen by their own `seq`
-statistics, so a read by sequence decodes one row group, found without a scan. Decoded row groups
-are kept in a byte-bounded LRU (a KV get after a restart costs no I/O the second time). The index
-(engine/index.py) reads its block details here: the `seq`, `subject`, `size` and `ts` columns of the
-rows in a range of sequences, without payloads. An encrypted stream's reads open what they decode
+statistics, so a read by sequence decodes one row group (1,024 rows as the flusher writes them),
+found without a scan, and converts only the row it returns. Decoded row groups and parsed footers
+share one byte-bounded LRU (a KV get after a restart costs no I/O the second time). Reads are
+single-threaded (two cores are shared; a thread pool's hand-offs cost more than a small group's
+decode) and pre-buffer only on S3. The index (engine/index.py) reads its block details here: the
+`seq`, `subject`, `size` and `ts` columns of the rows in a range of sequences, without payloads; a
+search by time reads `seq` and `ts` only. An encrypted stream's reads open what they decode
 (`opener`, engine/store/sealed.py): decoded row groups hold plaintext, and a message whose values do
 not open answers its own error; protected subjects are opened for the index too (`subject_opener`).
 A file that a maintenance job replaced and vacuumed meanwhile is met as missing: the file list is read
