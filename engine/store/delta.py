@@ -452,7 +452,8 @@ class DeltaStore:
         if subject is None and resident:
             subject = index.subject_of(seq)
         try:
-            return self.reads.message(seq, (lambda: subject) if subject is not None else (lambda: index.subject_of(seq)))
+            known = subject
+            return self.reads.message(seq, (lambda: known) if known is not None else (lambda: index.subject_of(seq)))
         except KeyError:  # the block's detail holds no row `seq`: never stored (a gap)
             return None
 

@@ -107,7 +107,8 @@ class _Window:
             names = self.table.column_names
             subject, msg_id, headers, data = (columns[names.index(name)][row].as_py()
                                               for name in ("subject", "msg_id", "headers", "data"))
-        return StoredMessage(subject, seq, int(self._ts[row]) * 1000, data or b"", dict(headers) if headers else None, msg_id)
+        ts = int(self._ts[row]) * 1000
+        return StoredMessage(subject, seq, ts, data or b"", dict(headers) if headers else None, msg_id)
 
 
 class _RowGroups:

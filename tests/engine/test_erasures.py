@@ -128,7 +128,8 @@ def _held_bytes(store: DeltaStore) -> bytes:
     reads = store.reads
     for window in reads._row_groups.windows():
         table = window.table
-        parts += [d or b"" for d in table.column("data").to_pylist()] + [s.encode() for s in table.column("subject").to_pylist()]
+        parts += [d or b"" for d in table.column("data").to_pylist()]
+        parts += [s.encode() for s in table.column("subject").to_pylist()]
     for _, _, window in reads._windows:
         parts += [d or b"" for d in window.table.column("data").to_pylist()]
     return b"|".join(parts)
