@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from api.nats.errors import api_error, error_body
+from engine.accounts.config import account_from_wire
 from engine.errors import ErrorCode, JetStreamError
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ class SystemRequests:
             return True
         tokens = subject[len(ACCOUNT_REQUEST):].split(".")
         if len(tokens) == 4 and tokens[1:3] == ["KEY", "ROTATE"] and tokens[0] and tokens[3]:
-            account, stream = tokens[0], tokens[3]
+            account, stream = account_from_wire(tokens[0]), tokens[3]  # `$G` names the global account
             self._answer(space, reply, ROTATE_TYPE, lambda: self._rotate(account, stream))
             return True
         return False

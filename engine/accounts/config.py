@@ -40,6 +40,7 @@ from engine.accounts.users import User, UserReader, is_bcrypt
 from engine.accounts.values import Reader
 
 GLOBAL_ACCOUNT = "default"  # nats-server's `$G`, the account of users outside `accounts`
+WIRE_GLOBAL_ACCOUNT = "$G"  # the global account's name wherever nats-server names it (advisories, $SYS subjects)
 SYSTEM_ACCOUNT = "$SYS"
 _ACCOUNT_NAME = re.compile(r"^[^/\\\x00-\x1f\x7f]{1,200}$")
 
@@ -67,6 +68,16 @@ _IGNORED_TLS = frozenset(
     "timeout connection_rate_limit pinned_certs cert_store cert_match_by cert_match ca_certs_match "
     "handshake_first first immediate cert_match_skip_invalid ocsp_peer certs certificates".split()
 )
+
+
+def wire_account(name: str) -> str:
+    """An account's name as nats-server writes it: `$G` for the global account (kept as "default" in the warehouse)."""
+    return WIRE_GLOBAL_ACCOUNT if name == GLOBAL_ACCOUNT else name
+
+
+def account_from_wire(name: str) -> str:
+    """The account a nats-server name means: `$G` is the global account."""
+    return GLOBAL_ACCOUNT if name == WIRE_GLOBAL_ACCOUNT else name
 
 
 @dataclass(frozen=True)
