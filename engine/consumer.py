@@ -21,7 +21,7 @@ import numpy as np
 from engine import errors
 from engine.ack_events import ACK, DELIVER, EXHAUSTED, NAK, TERM, WPI, AckEvent, AckEvents
 from engine.consumer_config import ConsumerConfig, filters
-from engine.info import parse_rfc3339, rfc3339
+from engine.info import ZERO_TIME, parse_rfc3339, rfc3339
 from engine.index import MessageIndex
 from engine.messages import STORE_OVERHEAD
 from engine.store.base import StoredMessage
@@ -111,6 +111,8 @@ class Consumer:
         self.last_activity = created_ns
         self.deleted = False
         self.events_since_snapshot = 0
+        # pinned_client: (pin id, when pinned in ns) of the client the front door pinned; None when unpinned
+        self.pin: tuple[str, int] | None = None
 
     # -- position -----------------------------------------------------------------------------
 
@@ -582,7 +584,21 @@ class Consumer:
             "num_pending": self.num_pending_after([]),
             **({"paused": True, "pause_remaining": self.paused_until - now} if now < self.paused_until else {}),
             "ts": rfc3339(now),
+            **self._priority_groups(),
         }
+
+    def _priority_groups(self) -> dict[str, Any]:
+        """nats-server's `priority_groups` state: one entry, named for the first configured group, with the
+        consumer's pin (its one pin, whichever group asked for it) or Go's zero time when there is none."""
+        config = self.config
+        if config.priority_policy == "none" or not config.priority_groups:
+            return {}
+        state: dict[str, Any] = {"group": config.priority_groups[0]}
+        if self.pin is not None:
+            state |= {"pinned_client_id": self.pin[0], "pinned_ts": rfc3339(self.pin[1])}
+        else:
+            state["pinned_ts"] = ZERO_TIME
+        return {"priority_groups": [state]}
 
     def _num_redelivered(self) -> int:
         """Messages delivered more than once: pending ones, and those that ran out of deliveries (nats-server

@@ -88,6 +88,7 @@ class ConsumerErrorCode(IntEnum):
     EMPTY_FILTER = 10139, "consumer filter in FilterSubjects cannot be empty"
     INACTIVE_THRESHOLD_EXCESS = 10153, "consumer inactive threshold exceeds system limit of {limit}"
     PRIORITY_POLICY_WITHOUT_GROUP = 10159, "Setting PriorityPolicy requires at least one PriorityGroup to be set"
+    INVALID_PRIORITY_GROUP = 10160, "Provided priority group does not exist for this consumer"
     EMPTY_GROUP_NAME = 10161, "Group name cannot be an empty string"
     INVALID_GROUP_NAME = (
         10162,

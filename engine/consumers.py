@@ -69,6 +69,9 @@ class Consumers:
         # Called (stream, consumer, stream seq, deliveries) when a message reaches max_deliver, under the
         # stream's lock and from any thread: a front door turns it into JetStream's advisory.
         self.on_max_deliveries: Callable[[str, str, int, int], None] | None = None
+        # Called (stream, consumer, group) after an unpin, from the caller's thread: the NATS door drops
+        # its pin timers and announces the loss (reason `admin`), whichever door asked.
+        self.on_unpin: Callable[[str, str, str], None] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -206,6 +209,17 @@ class Consumers:
     def info(self, stream: Stream, name: str) -> dict[str, Any]:
         with stream.lock:
             return self.get(stream, name).info(self.clock.now_ns())
+
+    def unpin(self, stream: Stream, name: str, group: str) -> None:
+        """Drops the consumer's pin (a `pinned_client` consumer's next request served gets a new one); the
+        group is checked as jsConsumerUnpinRequest checks it, the stream and consumer looked up before."""
+        with stream.lock:
+            consumer = self.get(stream, name)
+            if group not in (consumer.config.priority_groups or ()):
+                raise ConsumerErrorCode.INVALID_PRIORITY_GROUP.error()
+            consumer.pin = None
+        if self.on_unpin is not None:
+            self.on_unpin(stream.name, name, group)
 
     def list(self, stream: Stream, offset: int, limit: int) -> dict[str, Any]:
         if offset < 0 or limit <= 0:

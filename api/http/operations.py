@@ -142,6 +142,8 @@ ROUTES: tuple[Route, ...] = (
           (("$JS.API.CONSUMER.DELETE.{stream}.{consumer}",),)),
     Route("consumers.next", "POST", "/v1/streams/{stream}/consumers/{consumer}/next",
           (("$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}",),)),
+    Route("consumers.unpin", "POST", "/v1/streams/{stream}/consumers/{consumer}/unpin",
+          (("$JS.API.CONSUMER.UNPIN.{stream}.{consumer}",),)),
     Route("consumers.ack", "POST", "/v1/streams/{stream}/consumers/{consumer}/ack", (("$JS.ACK.{stream}.{consumer}.>",),)),
     Route("consumers.consume", "GET", "/v1/streams/{stream}/consumers/{consumer}/messages",
           (("$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}",),)),

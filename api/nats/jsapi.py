@@ -29,7 +29,6 @@ from api.nats.pull import Pulls
 from api.nats.push import PushConsumers
 from api.nats.writes import Writes
 from engine import JetStreamError, errors
-from engine.consumer_config import ConsumerErrorCode, valid_group_name
 from engine.info import rfc3339
 
 if TYPE_CHECKING:
@@ -106,10 +105,12 @@ class JetStreamApi:
     def start(self, waiters: Waiters) -> None:
         self.fetcher.waiters = waiters
         self.engine.consumers.on_max_deliveries = self._max_deliveries_threadsafe
+        self.engine.consumers.on_unpin = self._unpinned_threadsafe
         self._housekeeping = asyncio.get_running_loop().create_task(self._keep_push_running())
 
     async def stop(self) -> None:
         self.engine.consumers.on_max_deliveries = None
+        self.engine.consumers.on_unpin = None
         if self._housekeeping is not None:
             self._housekeeping.cancel()
         await self.push.stop()
@@ -127,6 +128,27 @@ class JetStreamApi:
         loop = self.server.loop
         if loop is not None:
             loop.call_soon_threadsafe(self.advisories.max_deliveries, stream, consumer, seq, deliveries)
+
+    def _unpinned_threadsafe(self, stream: str, consumer: str, group: str) -> None:
+        """The engine dropped a pin (either door's unpin): on the loop, at once when called there, so that
+        the advisory precedes the API's answer as in nats-server."""
+        loop = self.server.loop
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            self._unpinned(stream, consumer, group)
+        elif loop is not None:
+            loop.call_soon_threadsafe(self._unpinned, stream, consumer, group)
+
+    def _unpinned(self, stream: str, consumer: str, group: str) -> None:
+        try:
+            target = self.engine.consumers.get(self.engine.stream(stream), consumer)
+        except JetStreamError:  # deleted meanwhile: nothing held back any more
+            return
+        self.priority.unpin(target, group)
+        self.fetcher.wake(stream)  # requests held back by the pin may take messages now
 
     # -- dispatch -----------------------------------------------------------------------------
 
@@ -364,12 +386,7 @@ class JetStreamApi:
         """CONSUMER.UNPIN.<stream>.<consumer> `{"group": G}`: the request is checked before the
         consumer is looked up, as jsConsumerUnpinRequest checks it; the answer is the bare type."""
         stream, name = _token(tokens, 2), _token(tokens, 3)
-        group = _unpin_group(payload)
-        target = self.engine.consumers.get(self.engine.stream(stream), name)
-        if group not in (target.config.priority_groups or ()):
-            raise errors.JetStreamError(400, 10160, "Provided priority group does not exist for this consumer")
-        self.priority.unpin(target, group)
-        self.fetcher.wake(stream)  # requests held back by the pin may take messages now
+        self.engine.unpin_consumer(stream, name, _unpin_group(payload))  # on_unpin announces it and wakes pulls
         return {}
 
     def _consumer_names(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
@@ -416,11 +433,7 @@ def _unpin_group(payload: bytes) -> str:
     group = req.get("group")
     if group is not None and not isinstance(group, str):
         raise errors.invalid_json(f"json: cannot unmarshal {_go_type(group)} into Go struct field JSApiConsumerUnpinRequest.group of type string")
-    if not group:
-        raise errors.invalid_json("consumer group not specified")
-    if not valid_group_name(group):
-        raise ConsumerErrorCode.INVALID_GROUP_NAME.error()
-    return group
+    return group or ""  # the engine checks the name
 
 
 def _go_type(value: Any) -> str:

@@ -13,7 +13,9 @@ Priority Group`. Then, per policy:
 - `pinned_client`: the first request served pins the consumer to a new id, sent as `Nats-Pin-Id` on
   every message; later requests must carry it (`id`) to be served, a wrong one gets `423
   Nats-Wrong-Pin-Id`, and one without waits until the pin lapses: `priority_timeout` after the
-  pinned client's last request ended, or when `$JS.API.CONSUMER.UNPIN.<stream>.<consumer>` asks.
+  pinned client's last request ended, or when `$JS.API.CONSUMER.UNPIN.<stream>.<consumer>` (or the
+  HTTP door's unpin route) asks the engine. The pin itself, with when it was made, is kept on the
+  engine's consumer (`Consumer.pin`), so that consumer info reports it over both doors.
 
 A new pin is announced on `$JS.EVENT.ADVISORY.CONSUMER.PINNED.<stream>.<consumer>`, a lost one on
 `…UNPINNED…` with the reason `timeout` or `admin` (the unpin API); the callbacks that send them
@@ -114,6 +116,7 @@ class PriorityGroups:
         pin = self._pins.get(target.consumer_id)
         if pin is None or not self._current_pin(target):
             pin = self._pins[target.consumer_id] = _Pin("".join(secrets.choice(_PIN_ALPHABET) for _ in range(22)), req.group)
+            target.pin = (pin.pin_id, time.time_ns())  # what consumer info reports, over either door
             self._pinned(target.stream.name, target.name, pin.group, pin.pin_id)
         if req.pin_id != pin.pin_id:
             req.pin_id = pin.pin_id
@@ -121,8 +124,10 @@ class PriorityGroups:
         return {"Nats-Pin-Id": [pin.pin_id]}
 
     def unpin(self, target: Consumer, group: str) -> None:
-        """The unpin API: the pin is dropped at once, and announced as lost by `admin` (even when
-        there was none, as nats-server announces it); the next request served gets a new one."""
+        """After the engine's unpin (from either door): the pin's timer is dropped and the pin announced
+        as lost by `admin` (even when there was none, as nats-server announces it); the next request
+        served gets a new one."""
+        target.pin = None
         pin = self._pins.pop(target.consumer_id, None)
         if pin is not None and pin.lapse is not None:
             pin.lapse.cancel()
@@ -168,8 +173,14 @@ class PriorityGroups:
         pin = self._pins.get(target.consumer_id)
         if pin is None:
             return ""
+        if target.pin is None or target.pin[0] != pin.pin_id:  # unpinned by the engine; announced by `unpin`
+            del self._pins[target.consumer_id]
+            if pin.lapse is not None:
+                pin.lapse.cancel()
+            return ""
         if pin.active <= 0 and time.monotonic() - pin.released_at > target.config.priority_timeout / NS:
             del self._pins[target.consumer_id]
+            target.pin = None
             if pin.lapse is not None:
                 pin.lapse.cancel()
             self._unpinned(target.stream.name, target.name, pin.group, "timeout")

@@ -91,6 +91,10 @@ ROUTE_REQUESTS: dict[str, RouteRequest] = {
     "consumers.next": RouteRequest(
         Call("POST", "/v1/streams/ORDERS/consumers/reader/next", {"no_wait": True}), ("$JS.API.CONSUMER.MSG.NEXT.ORDERS.reader",)
     ),
+    "consumers.unpin": RouteRequest(  # `reader` has no priority group: 10160 once past the permission check
+        Call("POST", "/v1/streams/ORDERS/consumers/reader/unpin", {"group": "A"}, ok=frozenset({400})),
+        ("$JS.API.CONSUMER.UNPIN.ORDERS.reader",),
+    ),
     "consumers.ack": RouteRequest(
         Call("POST", "/v1/streams/ORDERS/consumers/reader/ack", {"acks": [{"seq": 1}]}), ("$JS.ACK.ORDERS.reader.>",)
     ),

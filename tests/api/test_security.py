@@ -290,6 +290,7 @@ PROBES: list[tuple[str, str, object]] = [
     ("DELETE", "/v1/streams/ORDERS/consumers/{consumer}", None),
     ("POST", "/v1/streams/ORDERS/consumers/{consumer}/next", {"no_wait": True}),
     ("POST", "/v1/streams/ORDERS/consumers/{consumer}/ack", {"acks": [{"seq": 1}]}),
+    ("POST", "/v1/streams/ORDERS/consumers/{consumer}/unpin", {"group": "A"}),
     ("GET", "/v1/kv/{bucket}", None),
     ("GET", "/v1/kv/{bucket}/entries/k", None),
     ("GET", "/v1/kv/{bucket}/history/k", None),

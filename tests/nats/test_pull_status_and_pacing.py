@@ -343,6 +343,9 @@ async def _unpin(url: str) -> list[Any]:
                                 "priority_groups": ["A"]})
         await _create(nc, "U", {"durable_name": "OV", "ack_policy": "explicit", "priority_policy": "overflow",
                                 "priority_groups": ["A"]})
+        await _create(nc, "U", {"durable_name": "TWO", "ack_policy": "explicit", "priority_policy": "pinned_client",
+                                "priority_groups": ["A", "B"]})
+        await _create(nc, "U", {"durable_name": "PLAIN", "ack_policy": "explicit"})
         await _create(nc, "U", {"durable_name": "LAPSE", "ack_policy": "explicit", "priority_policy": "pinned_client",
                                 "priority_groups": ["A"], "priority_timeout": NS})
         advisories = await nc.subscribe("$JS.EVENT.ADVISORY.CONSUMER.*.U.*")  # after the creates: pins only
@@ -371,25 +374,46 @@ async def _unpin(url: str) -> list[Any]:
         async def advisory() -> dict[str, Any]:
             msg = await advisories.next_msg(timeout=10)
             event = orjson.loads(msg.data)
-            assert event.pop("id") and event.pop("timestamp") and event.pop("account"), event
+            assert event.pop("id") and event.pop("timestamp"), event
             if "pinned_id" in event:
                 event["pinned_id"] = f"pin {pins.index(event['pinned_id'])}"
             return {"subject": msg.subject, **event}
 
+        async def groups(consumer: str) -> Any:
+            """Consumer info's `priority_groups`, the pin id as its place in `pins`, its time as set or zero."""
+            reply = await nc.request(f"$JS.API.CONSUMER.INFO.U.{consumer}", b"", timeout=10)
+            states = orjson.loads(reply.data).get("priority_groups", "absent")
+            for state in states if isinstance(states, list) else ():
+                if "pinned_client_id" in state:
+                    state["pinned_client_id"] = f"pin {pins.index(state['pinned_client_id'])}"
+                stamp = state.get("pinned_ts")
+                if stamp and stamp != "0001-01-01T00:00:00Z":
+                    state["pinned_ts"] = "set" if datetime.fromisoformat(stamp.replace("Z", "+00:00")) >= started else "before"
+            return states
+
+        started = datetime.now(timezone.utc).replace(microsecond=0)
+        seen.append(await groups("PIN"))
         for body in (b"", b"[1]", b"{}", b'{"group": 5}', b'{"group": "no spaces"}', b'{"group": "B"}'):
             await unpin("U", "PIN", body)
         await unpin("NOPE", "PIN", b'{"group": "A"}')
         await unpin("U", "NOPE", b'{"group": "A"}')
         await pull("PIN", {})
         seen.append(await advisory())
+        seen.append(await groups("PIN"))
         await pull("PIN", {})  # without the pin id, while the pin holds
         await unpin("U", "PIN", b'{"group": "A", "extra": true}')
         seen.append(await advisory())
+        seen.append(await groups("PIN"))
         await pull("PIN", {"id": pins[0]})  # the id of the pin that was dropped
         await pull("PIN", {})
         seen.append(await advisory())
         await unpin("U", "OV", b'{"group": "A"}')  # a consumer with the group, not pinned: still announced
         seen.append(await advisory())
+        seen.append(await groups("OV"))
+        seen.append(await groups("PLAIN"))
+        await pull("TWO", {"group": "B"})  # pinned through its second group: reported under its first
+        seen.append(await advisory())
+        seen.append(await groups("TWO"))
         await pull("LAPSE", {})
         seen.append(await advisory())
         seen.append(await advisory())  # the pin lapses after priority_timeout without a request
@@ -405,11 +429,17 @@ def _unpin_error(err_code: int, code: int, description: str) -> dict[str, Any]:
 def _pin_event(kind: str, consumer: str, **fields: str) -> dict[str, Any]:
     verb = "PINNED" if kind == "pinned" else "UNPINNED"
     return {"subject": f"$JS.EVENT.ADVISORY.CONSUMER.{verb}.U.{consumer}", "type": f"io.nats.jetstream.advisory.v1.consumer_group_{kind}",
-            "stream": "U", "consumer": consumer, "group": "A", **fields}
+            "account": "$G", "stream": "U", "consumer": consumer, "group": "A", **fields}
+
+
+def _groups(pin: str = "") -> list[dict[str, str]]:
+    return [{"group": "A", "pinned_client_id": pin, "pinned_ts": "set"} if pin else {"group": "A", "pinned_ts": "0001-01-01T00:00:00Z"}]
 
 
 def test_unpin_and_the_pin_advisories(url: str) -> None:
+    """The global account is `$G` in the advisories, and consumer info carries the pin state, as nats-server's."""
     assert asyncio.run(asyncio.wait_for(_unpin(url), 60)) == [
+        _groups(),
         _unpin_error(10025, 400, "invalid JSON: unexpected end of JSON input"),
         _unpin_error(10025, 400, "invalid JSON: json: cannot unmarshal array into Go value of type server.JSApiConsumerUnpinRequest"),
         _unpin_error(10025, 400, "invalid JSON: consumer group not specified"),
@@ -420,15 +450,22 @@ def test_unpin_and_the_pin_advisories(url: str) -> None:
         _unpin_error(10014, 404, "consumer not found"),
         ("message", "pin 0"),
         _pin_event("pinned", "PIN", pinned_id="pin 0"),
+        _groups("pin 0"),
         ("404", "No Messages"),
         {"type": "io.nats.jetstream.api.v1.consumer_unpin_response"},
         _pin_event("unpinned", "PIN", reason="admin"),
+        _groups(),
         ("423", "Nats-Wrong-Pin-Id"),  # a dropped pin's id is a wrong one
         ("message", "pin 1"),
         _pin_event("pinned", "PIN", pinned_id="pin 1"),
         {"type": "io.nats.jetstream.api.v1.consumer_unpin_response"},
         _pin_event("unpinned", "OV", reason="admin"),
+        _groups(),  # overflow: the group's entry, never a pin
+        "absent",  # no priority policy: no entry
         ("message", "pin 2"),
-        _pin_event("pinned", "LAPSE", pinned_id="pin 2"),
+        {**_pin_event("pinned", "TWO", pinned_id="pin 2"), "group": "B"},
+        _groups("pin 2"),
+        ("message", "pin 3"),
+        _pin_event("pinned", "LAPSE", pinned_id="pin 3"),
         _pin_event("unpinned", "LAPSE", reason="timeout"),
     ]

@@ -75,6 +75,18 @@ def delete_consumer(request: Request, stream: str, consumer: str) -> Response:
     return json_response({"success": True})
 
 
+@router.post("/{consumer}/unpin")
+async def unpin_consumer(request: Request, stream: str, consumer: str) -> Response:
+    """`$JS.API.CONSUMER.UNPIN`'s engine call: `{"group": G}` drops the consumer's pin; the NATS door
+    announces it (`…CONSUMER.UNPINNED…`, reason `admin`) and its held requests may take messages."""
+    body = await json_object(request, allow_empty=True)
+    group = body.get("group")
+    if group is not None and not isinstance(group, str):
+        raise errors.invalid_json("the group must be a string")
+    await run_in_threadpool(deps.engine(request).unpin_consumer, stream, consumer, group or "")
+    return json_response({})
+
+
 def delivered_json(d: Delivery, headers_only: bool) -> dict[str, Any]:
     out = stored_message_json(d.msg)
     if headers_only:
