@@ -38,6 +38,24 @@ class Acks:
         self.advisories = advisories
         self.writes = writes
         self.pulls = pulls
+        self._targets: dict[tuple[str, str], Consumer] = {}  # a consumer's acks arrive in runs: one lookup per run
+
+    def _target(self, stream: str, consumer: str) -> Consumer | None:
+        """The consumer acked, as `engine.stream(...)` then `consumers.get(...)` find it (None: nobody listens);
+        a cached one is used while it, its stream and the stream's availability are as they were."""
+        key = (stream, consumer)
+        target = self._targets.get(key)
+        if target is not None and not target.deleted and not target.stream.deleted and target.stream.unavailable is None:
+            return target
+        try:
+            target = self.engine.consumers.get(self.engine.stream(stream), consumer)
+        except JetStreamError:
+            self._targets.pop(key, None)
+            return None
+        if len(self._targets) > 1024:
+            self._targets.clear()
+        self._targets[key] = target
+        return target
 
     def handle(self, conn: Client, subject: str, reply: bytes | None, payload: bytes) -> bool:
         """`$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>` (or the v2 form)."""
@@ -50,9 +68,8 @@ class Acks:
             return False
         if not seq.isdigit() or not delivered.isdigit():
             return False
-        try:
-            target = self.engine.consumers.get(self.engine.stream(stream), consumer)
-        except JetStreamError:
+        target = self._target(stream, consumer)
+        if target is None:
             return False
         body = payload.strip()
         kind, delay, reason, next_request = "ack", 0, "", None

@@ -39,6 +39,8 @@ class DirectGets:
             return False
         if not reply:
             return True
+        if len(tokens) > 3 and not payload.strip():
+            return self._last_by_subject(stream, ".".join(tokens[3:]), reply)
         if len(tokens) > 3:
             req: dict[str, Any] = {"last_by_subj": ".".join(tokens[3:])}
             if payload.strip():
@@ -71,6 +73,22 @@ class DirectGets:
         if batch:
             last = msgs[-1].seq if msgs else 0
             self.server.reply(reply, b"", p.status_headers(204, "EOB", {"Nats-Num-Pending": "0", "Nats-Last-Sequence": str(last)}))
+        return True
+
+
+    def _last_by_subject(self, stream: Stream, subject: str, reply: bytes) -> bool:
+        """`DIRECT.GET.<stream>.<subject>` without a body (a KV get): the last message on the subject, with
+        the answers `lookup` gives that request, without building the request."""
+        if not subject:
+            self.server.reply(reply, b"", p.status_headers(408, "Bad Request"))
+            return True
+        try:
+            msg = stream.last_by_subject(subject)
+        except JetStreamError as exc:
+            status = p.status_headers(404, "Message Not Found") if exc.code == 404 else p.status_headers(408, "Bad Request")
+            self.server.reply(reply, b"", status)
+            return True
+        self.server.reply(reply, msg.data, direct_headers(stream.name, msg, None))
         return True
 
 
