@@ -101,6 +101,32 @@ def test_info_list_and_delete(js: JetStream) -> None:
     assert [c["name"] for c in js.list_consumers("S")["consumers"]] == ["B"]
 
 
+def test_unpin_checks_the_group_first_then_drops_the_pin_and_tells_the_door(js: JetStream) -> None:
+    """jsConsumerUnpinRequest's order: the group (10025, 10162) before the stream and consumer (10059,
+    10014), then the consumer's own groups (10160); an unpin drops the pin info reports, and the
+    callback a door set hears it."""
+    stream(js)
+    consumer(js, priority_policy="pinned_client", priority_groups=["A", "B"])
+    consumer(js, "PLAIN")
+    heard: list[tuple[str, str, str]] = []
+    js.consumers.on_unpin = lambda *args: heard.append(args)
+    for args, code in ((("NOPE", "C", ""), (400, 10025)), (("NOPE", "C", "a b"), (400, 10162)),
+                       (("NOPE", "C", "A"), (404, 10059)), (("S", "NOPE", "A"), (404, 10014)),
+                       (("S", "C", "Z"), (400, 10160)), (("S", "PLAIN", "A"), (400, 10160))):
+        with pytest.raises(JetStreamError) as exc:
+            js.unpin_consumer(*args)
+        assert err_code(exc) == code, args
+    assert heard == []
+    assert js.consumer_info("S", "C")["priority_groups"] == [{"group": "A", "pinned_ts": "0001-01-01T00:00:00Z"}]
+    assert "priority_groups" not in js.consumer_info("S", "PLAIN")
+    js.consumers.get(js.stream("S"), "C").pin = ("pin-id", 5 * SECOND)  # what a door's pinned request sets
+    assert js.consumer_info("S", "C")["priority_groups"] == [
+        {"group": "A", "pinned_client_id": "pin-id", "pinned_ts": rfc3339(5 * SECOND)}]
+    js.unpin_consumer("S", "C", "B")
+    assert heard == [("S", "C", "B")]
+    assert js.consumer_info("S", "C")["priority_groups"] == [{"group": "A", "pinned_ts": "0001-01-01T00:00:00Z"}]
+
+
 def test_max_consumers_of_the_stream(js: JetStream) -> None:
     stream(js, max_consumers=2)
     consumer(js, "A")
