@@ -63,8 +63,13 @@ class Delivery:
     consumer_seq: int
     num_delivered: int
     num_pending: int
-    token: str
+    consumer_id: str
     size: int
+
+    @property
+    def token(self) -> str:
+        """The HTTP door's ack token, made when asked: the NATS door acks by reply subject instead."""
+        return f"{self.consumer_id}.{self.msg.seq}.{self.consumer_seq}.{self.num_delivered}"
 
 
 @dataclass
@@ -185,14 +190,14 @@ class Consumer:
             self.apply(event)
             events.append(event)
             deliveries.append(
-                Delivery(msg, event.consumer_seq, event.count, remaining + len(new), self.token(seq, event), message_bytes(ix, seq))
+                Delivery(msg, event.consumer_seq, event.count, remaining + len(new), self.consumer_id, message_bytes(ix, seq))
             )
         block = self._deliver_new(new, now)
         if new:
-            n, first, prefix = len(new), int(block.consumer_seq[0]), self.consumer_id
+            n, first, consumer_id = len(new), int(block.consumer_seq[0]), self.consumer_id
             sizes = (ix.sizes_of(block.stream_seq) - STORE_OVERHEAD).tolist()
             deliveries += [
-                Delivery(loaded[s], first + i, 1, remaining + n - 1 - i, f"{prefix}.{s}.{first + i}.1", sizes[i])
+                Delivery(loaded[s], first + i, 1, remaining + n - 1 - i, consumer_id, sizes[i])
                 for i, s in enumerate(new)
             ]
         return deliveries, AckEvents.concat([AckEvents.of(events), block])
@@ -310,9 +315,6 @@ class Consumer:
     def redeliveries_queued(self) -> int:
         """Messages due for redelivery now (nats-server's `len(o.rdq)`)."""
         return len(self._redeliver)
-
-    def token(self, seq: int, event: AckEvent) -> str:
-        return f"{self.consumer_id}.{seq}.{event.consumer_seq}.{event.count}"
 
     # -- acknowledgements ---------------------------------------------------------------------
 
