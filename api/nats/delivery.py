@@ -69,6 +69,42 @@ def send_frames(server: Router, target: str, framed: list[tuple[bytes, bytes, by
     return True
 
 
+def send_deliveries(
+    server: Router, target: str, deliveries: list[Delivery], prefix: bytes, headers_only: bool,
+    extra: dict[str, list[str]] | None = None,
+) -> bool:
+    """`send_frames(server, target, frames(...))` in one pass for a pull's usual case — one subscriber
+    without a delivery limit, whole messages — with the same bytes; False if nobody subscribes."""
+    match = server.sublist.match(target)
+    if not match:
+        return False
+    if headers_only or match.groups or len(match.plain) != 1 or match.plain[0].max:
+        return send_frames(server, target, frames(deliveries, prefix, headers_only, extra))
+    sub = match.plain[0]
+    sid, takes_headers = sub.sid, sub.conn.headers
+    parts: list[bytes] = []
+    add = parts.append
+    for d in deliveries:
+        msg = d.msg
+        stored = msg.headers if not extra else (msg.headers or {}) | extra
+        if stored and takes_headers:
+            hdr = p.encode_headers(stored)
+            size = len(hdr)
+            add(b"HMSG %b %b %b%d.%d.%d.%d.%d %d %d\r\n" % (
+                msg.subject.encode(), sid, prefix, d.num_delivered, msg.seq, d.consumer_seq, msg.ts, d.num_pending,
+                size, size + len(msg.data)))
+            add(hdr)
+        else:
+            add(b"MSG %b %b %b%d.%d.%d.%d.%d %d\r\n" % (
+                msg.subject.encode(), sid, prefix, d.num_delivered, msg.seq, d.consumer_seq, msg.ts, d.num_pending,
+                len(msg.data)))
+        add(msg.data)
+        add(b"\r\n")
+    sub.conn.send(b"".join(parts))
+    sub.delivered += len(deliveries)
+    return True
+
+
 def _messages(framed: list[tuple[bytes, bytes, bytes | None, bytes]], sid: bytes, headers: bool) -> list[bytes]:
     """MSG/HMSG lines and bodies of a batch, as Connection.deliver writes them one by one."""
     parts: list[bytes] = []

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from api.nats import protocol as p
-from api.nats.delivery import ack_prefix, frames, send_frames, send_status
+from api.nats.delivery import ack_prefix, send_deliveries, send_status
 from api.nats.errors import go_json_error
 from api.nats.fetcher import Fetcher
 from api.nats.priority import PriorityGroups, PriorityRequest
@@ -201,7 +201,7 @@ class Pulls:
                     return
                 if got:
                     pin = priority.pin_headers(target, req.priority)
-                    if not send_frames(self.server, inbox, frames(got, prefix, headers_only, pin)):
+                    if not send_deliveries(self.server, inbox, got, prefix, headers_only, pin):
                         return  # the deliveries stay pending and are redelivered after ack_wait, as in nats-server
                     last_sent = time.monotonic()
                     delivered += len(got)
