@@ -190,7 +190,8 @@ class Consumer:
             self.apply(event)
             events.append(event)
             deliveries.append(
-                Delivery(msg, event.consumer_seq, event.count, remaining + len(new), self.consumer_id, message_bytes(ix, seq))
+                Delivery(msg, event.consumer_seq, event.count, remaining + len(new), self.consumer_id,
+                         message_bytes(ix, seq))
             )
         block = self._deliver_new(new, now)
         if new:

@@ -34,6 +34,7 @@ from engine.consumer_config import (
     check_consumer_config,
     check_consumer_update,
     parse_consumer_config,
+    valid_group_name,
 )
 from engine.store.acks import SNAPSHOT, AckStore, ConsumerHistory, EventBlock, EventRow, LogItem, Ticket
 from engine.store.backlog import Backlog
@@ -210,9 +211,20 @@ class Consumers:
         with stream.lock:
             return self.get(stream, name).info(self.clock.now_ns())
 
-    def unpin(self, stream: Stream, name: str, group: str) -> None:
-        """Drops the consumer's pin (a `pinned_client` consumer's next request served gets a new one); the
-        group is checked as jsConsumerUnpinRequest checks it, the stream and consumer looked up before."""
+    def unpin(self, find_stream: Callable[[str], Stream], stream_name: str, name: str, group: str) -> None:
+        """`$JS.API.CONSUMER.UNPIN`, for both doors: drops the consumer's pin (its next request served gets
+        a new one), then tells `on_unpin`. `find_stream` is the engine's lookup (JetStream.stream).
+
+        Raises:
+            JetStreamError: in jsConsumerUnpinRequest's order: err_code 10025 (no group), 10162 (a name
+                nats-server refuses), before any lookup; 10059, 10014 (no stream, no consumer); 10160
+                (a group the consumer does not have).
+        """
+        if not group:
+            raise errors.invalid_json("consumer group not specified")
+        if not valid_group_name(group):
+            raise ConsumerErrorCode.INVALID_GROUP_NAME.error()
+        stream = find_stream(stream_name)
         with stream.lock:
             consumer = self.get(stream, name)
             if group not in (consumer.config.priority_groups or ()):

@@ -31,7 +31,6 @@ from engine.accounts.limits import UNLIMITED_LIMITS, AccountLimits
 from engine.errors import JetStreamError
 from engine.clock import Clock, SystemClock
 from engine.consumer import Delivery
-from engine.consumer_config import ConsumerErrorCode, valid_group_name
 from engine.consumers import Consumers
 from engine.config import StreamConfig, check_stream_config, check_stream_update, parse_stream_config, same_config
 from engine.flusher import ACKS, Flusher, FlushResult, FlushStats
@@ -685,19 +684,6 @@ class JetStream:
 
     def consumer_info(self, stream: str, name: str) -> dict[str, Any]:
         return self.consumers.info(self._stream(stream), name)
-
-    def unpin_consumer(self, stream: str, name: str, group: str) -> None:
-        """Drops a `pinned_client` consumer's pin (`$JS.API.CONSUMER.UNPIN`).
-
-        Raises:
-            JetStreamError: err_code 10025 (no group), 10162 (a group name nats-server refuses), both
-                before any lookup; 10059, 10014 (no such stream or consumer); 10160 (not its group).
-        """
-        if not group:
-            raise errors.invalid_json("consumer group not specified")
-        if not valid_group_name(group):
-            raise ConsumerErrorCode.INVALID_GROUP_NAME.error()
-        self.consumers.unpin(self._stream(stream), name, group)
 
     def list_consumers(self, stream: str, offset: int = 0, limit: int = 256) -> dict[str, Any]:
         return self.consumers.list(self._stream(stream), offset, limit)

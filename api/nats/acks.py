@@ -45,8 +45,10 @@ class Acks:
         a cached one is used while it, its stream and the stream's availability are as they were."""
         key = (stream, consumer)
         target = self._targets.get(key)
-        if target is not None and not target.deleted and not target.stream.deleted and target.stream.unavailable is None:
-            return target
+        if target is not None and not target.deleted:
+            held = target.stream
+            if not held.deleted and held.unavailable is None:
+                return target
         try:
             target = self.engine.consumers.get(self.engine.stream(stream), consumer)
         except JetStreamError:

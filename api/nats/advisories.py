@@ -63,12 +63,14 @@ class Advisories:
 
     def pinned(self, stream: str, consumer: str, group: str, pin_id: str) -> None:
         """A priority group's new pinned client (consumer.go sendPinnedAdvisoryLocked)."""
-        fields = {"account": wire_account(self.server.name), "stream": stream, "consumer": consumer, "group": group, "pinned_id": pin_id}
+        fields = {"account": wire_account(self.server.name), "stream": stream, "consumer": consumer, "group": group,
+                  "pinned_id": pin_id}
         self._send(f"{PREFIX}CONSUMER.PINNED.{stream}.{consumer}", "consumer_group_pinned", fields)
 
     def unpinned(self, stream: str, consumer: str, group: str, reason: str) -> None:
         """A pin lost: `timeout` (the pinned client went quiet) or `admin` (the unpin API)."""
-        fields = {"account": wire_account(self.server.name), "stream": stream, "consumer": consumer, "group": group, "reason": reason}
+        fields = {"account": wire_account(self.server.name), "stream": stream, "consumer": consumer, "group": group,
+                  "reason": reason}
         self._send(f"{PREFIX}CONSUMER.UNPINNED.{stream}.{consumer}", "consumer_group_unpinned", fields)
 
     def naked(self, stream: str, consumer: str, stream_seq: int, deliveries: int) -> None:

@@ -386,7 +386,8 @@ class JetStreamApi:
         """CONSUMER.UNPIN.<stream>.<consumer> `{"group": G}`: the request is checked before the
         consumer is looked up, as jsConsumerUnpinRequest checks it; the answer is the bare type."""
         stream, name = _token(tokens, 2), _token(tokens, 3)
-        self.engine.unpin_consumer(stream, name, _unpin_group(payload))  # on_unpin announces it and wakes pulls
+        # on_unpin (`_unpinned`) announces it and wakes the pulls it held back
+        self.engine.consumers.unpin(self.engine.stream, stream, name, _unpin_group(payload))
         return {}
 
     def _consumer_names(self, tokens: list[str], payload: bytes) -> dict[str, Any]:

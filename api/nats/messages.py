@@ -60,8 +60,7 @@ class DirectGets:
         try:
             msgs = direct_lookup(stream, req)
         except JetStreamError as exc:
-            status = p.status_headers(404, "Message Not Found") if exc.code == 404 else p.status_headers(408, "Bad Request")
-            self.server.reply(reply, b"", status)
+            self.server.reply(reply, b"", _failed_status(exc))
             return True
         batch = len(msgs) > 1 or "batch" in req
         for i, msg in enumerate(msgs):
@@ -85,11 +84,15 @@ class DirectGets:
         try:
             msg = stream.last_by_subject(subject)
         except JetStreamError as exc:
-            status = p.status_headers(404, "Message Not Found") if exc.code == 404 else p.status_headers(408, "Bad Request")
-            self.server.reply(reply, b"", status)
+            self.server.reply(reply, b"", _failed_status(exc))
             return True
         self.server.reply(reply, msg.data, direct_headers(stream.name, msg, None))
         return True
+
+
+def _failed_status(exc: JetStreamError) -> bytes:
+    """A direct get that found nothing (`404 Message Not Found`) or could not be asked (`408 Bad Request`)."""
+    return p.status_headers(404, "Message Not Found") if exc.code == 404 else p.status_headers(408, "Bad Request")
 
 
 _ADDED = frozenset({"Nats-Stream", "Nats-Subject", "Nats-Sequence", "Nats-Time-Stamp", "Nats-Num-Pending", "Nats-Last-Sequence"})

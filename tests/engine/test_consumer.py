@@ -114,7 +114,7 @@ def test_unpin_checks_the_group_first_then_drops_the_pin_and_tells_the_door(js: 
                        (("NOPE", "C", "A"), (404, 10059)), (("S", "NOPE", "A"), (404, 10014)),
                        (("S", "C", "Z"), (400, 10160)), (("S", "PLAIN", "A"), (400, 10160))):
         with pytest.raises(JetStreamError) as exc:
-            js.unpin_consumer(*args)
+            js.consumers.unpin(js.stream, *args)
         assert err_code(exc) == code, args
     assert heard == []
     assert js.consumer_info("S", "C")["priority_groups"] == [{"group": "A", "pinned_ts": "0001-01-01T00:00:00Z"}]
@@ -122,7 +122,7 @@ def test_unpin_checks_the_group_first_then_drops_the_pin_and_tells_the_door(js: 
     js.consumers.get(js.stream("S"), "C").pin = ("pin-id", 5 * SECOND)  # what a door's pinned request sets
     assert js.consumer_info("S", "C")["priority_groups"] == [
         {"group": "A", "pinned_client_id": "pin-id", "pinned_ts": rfc3339(5 * SECOND)}]
-    js.unpin_consumer("S", "C", "B")
+    js.consumers.unpin(js.stream, "S", "C", "B")
     assert heard == [("S", "C", "B")]
     assert js.consumer_info("S", "C")["priority_groups"] == [{"group": "A", "pinned_ts": "0001-01-01T00:00:00Z"}]
 

@@ -69,7 +69,8 @@ def test_unpin_over_http_is_the_unpin_of_the_nats_door(gateway: Gateway) -> None
     assert http.post("/v1/streams", json={"name": "PINS", "subjects": ["pins.>"]}).status_code == 201
     for i in range(3):
         assert http.post("/v1/publish/pins.a", content=b"m%d" % i).status_code == 200
-    config = {"durable_name": "P", "ack_policy": "explicit", "priority_policy": "pinned_client", "priority_groups": ["A"]}
+    config = {"durable_name": "P", "ack_policy": "explicit", "priority_policy": "pinned_client",
+              "priority_groups": ["A"]}
     assert http.post("/v1/streams/PINS/consumers", json=config).status_code == 201
 
     def unpin(path: str, body: object) -> tuple[int, Any]:
@@ -114,7 +115,8 @@ def test_unpin_over_http_is_the_unpin_of_the_nats_door(gateway: Gateway) -> None
             assert bad == [
                 error(400, 10025, "invalid JSON: consumer group not specified"),
                 error(400, 10025, "invalid JSON: the group must be a string"),
-                error(400, 10162, "Valid priority group name must match A-Z, a-z, 0-9, -_/=)+ and may not exceed 16 characters"),
+                error(400, 10162,
+                      "Valid priority group name must match A-Z, a-z, 0-9, -_/=)+ and may not exceed 16 characters"),
                 error(400, 10160, "Provided priority group does not exist for this consumer"),
                 error(404, 10014, "consumer not found"),
                 error(404, 10059, "stream not found"),

@@ -388,7 +388,8 @@ async def _unpin(url: str) -> list[Any]:
                     state["pinned_client_id"] = f"pin {pins.index(state['pinned_client_id'])}"
                 stamp = state.get("pinned_ts")
                 if stamp and stamp != "0001-01-01T00:00:00Z":
-                    state["pinned_ts"] = "set" if datetime.fromisoformat(stamp.replace("Z", "+00:00")) >= started else "before"
+                    pinned_at = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+                    state["pinned_ts"] = "set" if pinned_at >= started else "before"
             return states
 
         started = datetime.now(timezone.utc).replace(microsecond=0)
@@ -433,7 +434,9 @@ def _pin_event(kind: str, consumer: str, **fields: str) -> dict[str, Any]:
 
 
 def _groups(pin: str = "") -> list[dict[str, str]]:
-    return [{"group": "A", "pinned_client_id": pin, "pinned_ts": "set"} if pin else {"group": "A", "pinned_ts": "0001-01-01T00:00:00Z"}]
+    if pin:
+        return [{"group": "A", "pinned_client_id": pin, "pinned_ts": "set"}]
+    return [{"group": "A", "pinned_ts": "0001-01-01T00:00:00Z"}]
 
 
 def test_unpin_and_the_pin_advisories(url: str) -> None:

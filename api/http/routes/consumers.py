@@ -83,7 +83,8 @@ async def unpin_consumer(request: Request, stream: str, consumer: str) -> Respon
     group = body.get("group")
     if group is not None and not isinstance(group, str):
         raise errors.invalid_json("the group must be a string")
-    await run_in_threadpool(deps.engine(request).unpin_consumer, stream, consumer, group or "")
+    engine = deps.engine(request)
+    await run_in_threadpool(engine.consumers.unpin, engine.stream, stream, consumer, group or "")
     return json_response({})
 
 
