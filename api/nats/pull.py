@@ -121,6 +121,7 @@ class Pulls:
             if status:
                 send_status(self.server, inbox, status)
             return True
+        self._enter(target, status)  # counted now, as processNextMsgRequest does: the next request sees it waiting
         task = asyncio.get_running_loop().create_task(self._serve(stream, target, inbox, status))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
@@ -133,6 +134,12 @@ class Pulls:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _enter(self, target: Consumer, req: PullRequest) -> None:
+        """A request starts waiting; `_serve`'s end undoes it."""
+        target.waiting += 1
+        self._claimed[target.consumer_id] = self._claimed.get(target.consumer_id, 0) + req.batch
+        self.priority.entered(target, req.priority)
 
     def _refusal(self, target: Consumer, body: bytes) -> bytes | PullRequest:
         """The status that refuses a request at once, or the parsed request."""
@@ -171,12 +178,9 @@ class Pulls:
         heartbeat = req.heartbeat / NS
         last_sent = started
         left, budget, delivered = req.batch, req.max_bytes, 0
-        target.waiting += 1
         claims = self._claimed
         key = target.consumer_id
-        claims[key] = claims.get(key, 0) + left
         priority = self.priority
-        priority.entered(target, req.priority)
         try:
             while True:
                 if target.deleted:

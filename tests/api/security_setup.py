@@ -55,6 +55,7 @@ ROUTE_REQUESTS: dict[str, RouteRequest] = {
     "metrics": RouteRequest(Call("GET", "/metrics"), ("$JS.API.INFO",)),
     "info": RouteRequest(Call("GET", "/v1/info"), ("$JS.API.INFO",)),
     "flush": RouteRequest(Call("POST", "/v1/flush"), ("$JS.API.INFO",)),
+    "cluster": RouteRequest(Call("GET", "/v1/cluster"), ("$JS.API.INFO",)),
     "streams.create": RouteRequest(Call("POST", "/v1/streams", {"name": "NEW1", "subjects": ["new1.>"]}), ("$JS.API.STREAM.CREATE.NEW1",)),
     "streams.list": RouteRequest(Call("GET", "/v1/streams"), ("$JS.API.STREAM.LIST",)),
     "streams.info": RouteRequest(Call("GET", "/v1/streams/ORDERS"), ("$JS.API.STREAM.INFO.ORDERS",)),
