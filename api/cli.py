@@ -418,7 +418,7 @@ def _sql(args: argparse.Namespace) -> int:
     keyring = _keyring(args, layout)
     if keyring is False:
         return 2
-    spark = spark_session(args.master, app_name="jetlake-sql")
+    spark = spark_session(args.master, app_name="jetlake-sql", warehouse=args.warehouse)
     try:
         register_views(spark, layout, keyring)
         try:

@@ -23,14 +23,14 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from engine.keys import Keyring
-from engine.store.layout import PARTITION_COLUMN, Layout
+from engine.store.layout import PARTITION_COLUMN, Layout, TableLocation
+from engine.store.objectstore import ObjectStoreError
 from jobs.rekey import rekey
 from jobs.tables import (
     LeaseTimes,
@@ -41,6 +41,7 @@ from jobs.tables import (
     open_table,
     prepare_session,
     reached,
+    spark_table,
     system_tables,
     vacuum_replaced,
     vacuum_window_hours,
@@ -66,7 +67,7 @@ def run(
     spark.conf.set("spark.databricks.delta.optimize.maxFileSize", str(int(target_file_bytes)))
     spark.conf.set("spark.databricks.delta.optimize.minFileSize", str(int(target_file_bytes)))
     times = lease_times if lease_times is not None else LeaseTimes()
-    tables: list[tuple[str, Path]] = [(s.name, s.path) for s in list_streams(layout)]
+    tables: list[tuple[str, TableLocation]] = [(s.name, s.path) for s in list_streams(layout)]
     if include_system:
         tables += [(f"_system/{p.name}", p) for p in system_tables(layout)]
     figures: dict[str, Any] = {
@@ -117,7 +118,7 @@ def _compact_table(
     spark: SparkSession,
     layout: Layout,
     name: str,
-    path: Path,
+    path: TableLocation,
     target: int,
     extra: dict[str, str] | None,
     times: LeaseTimes,
@@ -138,20 +139,20 @@ def _compact_table(
     if small:
         reached("compact.optimize")
         with leased(layout, path, times):
-            row = spark.sql(f"OPTIMIZE delta.`{path}`").collect()[0]
+            row = spark.sql(f"OPTIMIZE {spark_table(path)}").collect()[0]
         reached("compact.optimized")
         m = row.metrics
         removed, added, partitions = int(m.numFilesRemoved), int(m.numFilesAdded), int(m.partitionsOptimized)
         if removed:
             figures["tables_compacted"] += 1
-    log_before = _log_entries(path)
+    log_before = _log_entries(layout, path)
     checkpointed = False
-    if _checkpoint_version(path) < (open_table(path) or dt).version():
+    if _checkpoint_version(layout, path) < (open_table(path) or dt).version():
         with leased(layout, path, times):
             _checkpoint_and_clean(spark, path)
         checkpointed = True
         figures["checkpoints"] += 1
-    cleaned = max(0, log_before - _log_entries(path))
+    cleaned = max(0, log_before - _log_entries(layout, path))
     after_dt = open_table(path)
     after = len(after_dt.file_uris()) if after_dt is not None else 0
     figures["files_after"] += after
@@ -178,22 +179,24 @@ def _has_small_files(dt, target: int) -> bool:  # noqa: ANN001
     return any(n >= 2 for n in small.values())
 
 
-def _log_entries(path: Path) -> int:
-    folder = path / "_delta_log"
-    return sum(1 for _ in folder.glob("*.json")) if folder.is_dir() else 0
+def _log_entries(layout: Layout, table: TableLocation) -> int:
+    """The table's commit files (`_delta_log/<version>.json`), counted through the object store."""
+    folder = f"{table.key}/_delta_log"
+    return sum(1 for meta in layout.objects.list(folder)
+               if meta.key.endswith(".json") and "/" not in meta.key[len(folder) + 1:])
 
 
-def _checkpoint_version(path: Path) -> int:
+def _checkpoint_version(layout: Layout, table: TableLocation) -> int:
     try:
-        return int(json.loads((path / "_delta_log" / "_last_checkpoint").read_text())["version"])
-    except (OSError, ValueError, KeyError):
+        return int(json.loads(layout.objects.get(f"{table.key}/_delta_log/_last_checkpoint").data)["version"])
+    except (ObjectStoreError, ValueError, KeyError):
         return -1
 
 
-def _checkpoint_and_clean(spark: SparkSession, path: Path) -> None:
+def _checkpoint_and_clean(spark: SparkSession, path: TableLocation) -> None:
     """A checkpoint at the latest version, then Delta's cleanup of log entries past their retention."""
     jvm = spark._jvm  # noqa: SLF001 - Delta has no Python API for checkpoints
     none = jvm.scala.Option.apply(None)
-    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(path))  # noqa: SLF001
+    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path.spark_uri)  # noqa: SLF001
     snapshot = delta_log.update(False, none, none)
     delta_log.checkpointAndCleanUpDeltaLog(snapshot, none)

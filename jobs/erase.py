@@ -43,29 +43,30 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from engine.store.erasures import mark_done, pending_requests
 from engine.store.delta import KIND_REMOVE
-from engine.store.files import fsync_dir
-from engine.store.layout import Layout
+from engine.store.erasures import mark_done, pending_requests
+from engine.store.layout import Layout, TableLocation
+from engine.store.objectstore import ObjectStore
 from engine.store.rows import KIND_ARROW, KIND_PACKED, decode
 from engine.store.sealed import SEALED_KINDS, seq_range
-from engine.store.wal import SUFFIX as WAL_SUFFIX, read_segment
+from engine.store.wal import Record
 from jobs.tables import (
     LeaseTimes,
+    StreamLogs,
     coalesce,
+    delta_table,
+    file_key,
     leased,
     open_table,
     prepare_session,
@@ -73,6 +74,7 @@ from jobs.tables import (
     read_stream,
     remove_tombstones,
     seq_predicate,
+    spark_table,
 )
 
 log = logging.getLogger(__name__)
@@ -145,8 +147,9 @@ class StreamErasure:
         self.stream = stream
         self.stream_id = stream_id
         self.times = times
-        self.table = layout.stream_table(stream)
-        self.wal_dir = layout.wal_dir(stream)
+        self.table: TableLocation = layout.stream_table_location(stream)
+        self.store: ObjectStore = layout.objects
+        self.logs = StreamLogs(layout, stream)
         self.started = time.monotonic()
 
     def run(self, records: list[dict[str, Any]], totals: dict[str, Any]) -> list[dict[str, Any]]:
@@ -193,7 +196,7 @@ class StreamErasure:
         leftover) or never had files. Done, unless a deletion cut short left the stream's data behind."""
         if not replaced:
             leftover_table = _table_holds(self.table, self.stream_id)
-            segments = _log_ranges(self.wal_dir)
+            segments = _log_ranges(self.logs)
             leftover_log = segments is None or any(
                 _overlaps(r["ranges"], lo, hi) for r in records for lo, hi in segments)
             if leftover_table or leftover_log:
@@ -210,7 +213,7 @@ class StreamErasure:
     def _ready(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         dt = open_table(self.table)
         flushed = (dt.transaction_version(self.stream_id) or 0) if dt is not None else 0
-        segments = _log_ranges(self.wal_dir)
+        segments = _log_ranges(self.logs)
         ready = []
         for record in records:
             highest = max((last for _, last in record["ranges"]), default=0)
@@ -235,31 +238,32 @@ class StreamErasure:
         self._zero_retention()
         reached("erase.retention_zeroed")
         time.sleep(0.002)  # the DELETE's tombstones must be strictly older than "now - 0" for the checkpoint
-        files_before = _data_files(self.table)
+        files_before = _data_files(self.store, self.table)
         # Full mode: also files no commit ever named (a flush cut short by a crash leaves such files).
-        DeltaTable(str(self.table)).vacuum(
+        delta_table(self.table).vacuum(
             retention_hours=0, dry_run=False, enforce_retention_duration=False, full=True)
-        gone = set(files_before) - set(_data_files(self.table))
-        figures["files_vacuumed"] = sum(1 for p in gone if not p.name.startswith("."))
-        figures["bytes_vacuumed"] = sum(files_before[p] for p in gone)
+        gone = set(files_before) - set(_data_files(self.store, self.table))
+        figures["files_vacuumed"] = sum(1 for key in gone if not _hidden(key))
+        figures["bytes_vacuumed"] = sum(files_before[key] for key in gone)
         reached("erase.vacuumed")
-        dt = DeltaTable(str(self.table))
+        dt = delta_table(self.table)
         dt.create_checkpoint()
         figures["checkpoint_version"] = dt.version()
-        figures["log_entries_removed"] = _remove_old_log_entries(self.table / "_delta_log", dt.version())
-        figures["folders_removed"] = _remove_empty_folders(self.table)
+        figures["log_entries_removed"] = _remove_old_log_entries(self.store, self.table, dt.version())
+        local = self.table.local_path
+        figures["folders_removed"] = _remove_empty_folders(self.store, self.table, local) if local else 0
         reached("erase.log_cleaned")
         self._restore_retention()
-        figures["table_version"] = DeltaTable(str(self.table)).version()
+        figures["table_version"] = delta_table(self.table).version()
         return figures
 
     def _delete(self, ranges: list[tuple[int, int]], figures: dict[str, Any]) -> None:
-        ident = "delta.`" + str(self.table).replace("`", "``") + "`"
+        ident = spark_table(self.table)
         for i in range(0, len(ranges), RANGES_PER_DELETE):
             chunk = ranges[i : i + RANGES_PER_DELETE]
-            before = DeltaTable(str(self.table)).version()
+            before = delta_table(self.table).version()
             self.spark.sql(f"DELETE FROM {ident} WHERE {seq_predicate(chunk)}").collect()
-            dt = DeltaTable(str(self.table))
+            dt = delta_table(self.table)
             if dt.version() > before:
                 commit = dt.history(1)[0]
                 metrics = commit.get("operationMetrics") or {}
@@ -271,7 +275,7 @@ class StreamErasure:
     def _zero_retention(self) -> None:
         """Zero file and log retention, recording the values they replace in the same commit; a rerun
         after a kill finds them recorded and keeps them."""
-        dt = DeltaTable(str(self.table))
+        dt = delta_table(self.table)
         config = dt.metadata().configuration
         changes = {key: ZERO for key in RETENTION_KEYS if config.get(key) != ZERO}
         if SAVED_RETENTION not in config:
@@ -281,50 +285,51 @@ class StreamErasure:
 
     def _restore_retention(self) -> None:
         """Back to the recorded values (unset where there was none), then the record goes."""
-        config = DeltaTable(str(self.table)).metadata().configuration
+        config = delta_table(self.table).metadata().configuration
         if SAVED_RETENTION not in config:
             return
         saved: dict[str, str | None] = json.loads(config[SAVED_RETENTION])
         values = {key: value for key, value in saved.items() if value is not None}
         if any(config.get(key) != value for key, value in values.items()):
-            DeltaTable(str(self.table)).alter.set_table_properties(values)
+            delta_table(self.table).alter.set_table_properties(values)
         reached("erase.retention_restored")
         unset = [key for key, value in saved.items() if value is None] + [SAVED_RETENTION]
-        ident = "delta.`" + str(self.table).replace("`", "``") + "`"  # delta-rs cannot unset a property
+        ident = spark_table(self.table)  # delta-rs cannot unset a property
         keys = ", ".join(repr(k) for k in unset)
         self.spark.sql(f"ALTER TABLE {ident} UNSET TBLPROPERTIES IF EXISTS ({keys})").collect()
 
     # -- after the rewrite ----------------------------------------------------------------------
 
     def _verify(self, ranges: list[tuple[int, int]], checkpoint: int) -> dict[str, Any]:
-        """Reads the table after the rewrite: no live row, no data file on disk, no log entry older than
-        the checkpoint this run wrote and no log segment may hold an erased sequence."""
-        dt = DeltaTable(str(self.table))
+        """Reads the table after the rewrite: no live row, no data file in the store, no log entry older
+        than the checkpoint this run wrote and no log segment may hold an erased sequence."""
+        dt = delta_table(self.table)
         actions = pa.table(dt.get_add_actions(flatten=True))
-        named = {self.table / unquote(p) for p in actions.column("path").to_pylist()}
-        on_disk = [p for p in _data_files(self.table) if not p.name.startswith(".")]
-        untracked = [p for p in on_disk if p not in named]
+        paths = actions.column("path").to_pylist()
+        named = {file_key(self.table, p) for p in paths}
+        on_disk = [key for key in _data_files(self.store, self.table) if not _hidden(key)]
+        untracked = [key for key in on_disk if key not in named]
         stats = {
-            self.table / unquote(p): (lo, hi)
-            for p, lo, hi in zip(actions.column("path").to_pylist(), actions.column("min.seq").to_pylist(),
+            file_key(self.table, p): (lo, hi)
+            for p, lo, hi in zip(paths, actions.column("min.seq").to_pylist(),
                                  actions.column("max.seq").to_pylist(), strict=True)
         }
         los = np.array([a for a, _ in ranges], np.int64)
         his = np.array([b for _, b in ranges], np.int64)
         rows_found = files_read = 0
-        for path in on_disk:
-            low, high = stats.get(path, (None, None))
+        for key in on_disk:
+            low, high = stats.get(key, (None, None))
             if not len(ranges) or (low is not None and high is not None and not ((los <= high) & (his >= low)).any()):
                 continue
-            seqs = pq.read_table(path, columns=["seq"]).column("seq").to_numpy()
+            data = pa.BufferReader(self.store.get(key).data)
+            seqs = pq.read_table(data, columns=["seq"]).column("seq").to_numpy()
             files_read += 1
             rows_found += int(_in_ranges(seqs, los, his).sum())
-        delta_log = self.table / "_delta_log"
-        older = [p.name for p in delta_log.iterdir()
-                 if (m := _LOG_ENTRY.match(p.name)) and int(m.group(1)) < checkpoint]
-        written = (delta_log / f"{checkpoint:020d}.checkpoint.parquet").is_file() or any(
-            delta_log.glob(f"{checkpoint:020d}.checkpoint.*.parquet"))
-        segments = _log_ranges(self.wal_dir)
+        entries = _log_entry_names(self.store, self.table)
+        older = [name for name in entries if (m := _LOG_ENTRY.match(name)) and int(m.group(1)) < checkpoint]
+        prefix = f"{checkpoint:020d}.checkpoint."
+        written = any(name.startswith(prefix) and name.endswith(".parquet") for name in entries)
+        segments = _log_ranges(self.logs)
         in_log = segments is None or any(a <= hi and lo <= b for a, b in ranges for lo, hi in segments)
         return {
             "verified": rows_found == 0 and not untracked and not older and not in_log and written,
@@ -334,9 +339,9 @@ class StreamErasure:
             "untracked_files": len(untracked),
             "table_version": dt.version(),
             "checkpoint_version": checkpoint,
-            "log_entries": sum(1 for _ in delta_log.iterdir()),
+            "log_entries": len(entries),
             "log_entries_before_checkpoint": len(older),
-            "wal_segments_checked": len(list(self.wal_dir.glob(f"*{WAL_SUFFIX}"))) if self.wal_dir.is_dir() else 0,
+            "wal_segments_checked": self.logs.segments_read,
         }
 
     def _receipt(self, figures: dict[str, Any], verified: dict[str, Any]) -> dict[str, Any]:
@@ -367,92 +372,90 @@ def _in_ranges(seqs: np.ndarray, los: np.ndarray, his: np.ndarray) -> np.ndarray
     return (i >= 0) & (seqs <= his[np.maximum(i, 0)])
 
 
-def _data_files(table: Path) -> dict[Path, int]:
-    out: dict[Path, int] = {}
-    for root, dirs, files in os.walk(table):
-        if Path(root) == table:
-            dirs[:] = [d for d in dirs if d != "_delta_log"]
-        for name in files:
-            path = Path(root) / name
-            try:
-                out[path] = path.stat().st_size
-            except FileNotFoundError:
-                pass
-    return out
+def _hidden(key: str) -> bool:
+    """A hidden file (`.crc` checksums beside local files): no rows of its own."""
+    return key.rsplit("/", 1)[-1].startswith(".")
 
 
-def _remove_old_log_entries(delta_log: Path, checkpoint: int) -> int:
+def _data_files(store: ObjectStore, table: TableLocation) -> dict[str, int]:
+    """Every object of the table outside `_delta_log`, by key, with its size."""
+    log_prefix = f"{table.key}/_delta_log/"
+    return {meta.key: meta.size for meta in store.list(table.key)
+            if not meta.key.startswith(log_prefix) and not meta.key.endswith("/")}
+
+
+def _log_entry_names(store: ObjectStore, table: TableLocation) -> list[str]:
+    """The names of the objects directly in the table's `_delta_log`."""
+    folder = f"{table.key}/_delta_log/"
+    return [meta.key[len(folder):] for meta in store.list(folder) if "/" not in meta.key[len(folder):]]
+
+
+def _remove_old_log_entries(store: ObjectStore, table: TableLocation, checkpoint: int) -> int:
     """Deletes commits, checksums, checkpoints (and their hidden `.crc`) older than `checkpoint`, and
     any temporary commit file (no commit is in flight: the caller holds the lease)."""
     removed = 0
-    for path in sorted(delta_log.iterdir()):
-        if not path.is_file():
-            continue
-        match = _LOG_ENTRY.match(path.name)
+    for name in sorted(_log_entry_names(store, table)):
+        match = _LOG_ENTRY.match(name)
         old = match is not None and int(match.group(1)) < checkpoint
-        if old or path.name.endswith(".tmp"):
-            path.unlink(missing_ok=True)
+        if old or name.endswith(".tmp"):
+            store.delete(f"{table.key}/_delta_log/{name}")
             removed += 1
-    if removed:
-        fsync_dir(delta_log)
     return removed
 
 
-def _remove_empty_folders(table: Path) -> int:
-    """Removes partition folders left without data files (their names are subject values), with any
-    orphaned hidden checksum files in them."""
+def _remove_empty_folders(store: ObjectStore, table: TableLocation, local: Path) -> int:
+    """On a local warehouse, removes partition folders left without data files (their names are subject
+    values), with any orphaned hidden checksum files in them. An object store has no folders: a
+    partition's name goes with its last object."""
     removed = 0
-    for root, _dirs, files in os.walk(table, topdown=False):
-        here = Path(root)
-        if here == table or "_delta_log" in here.relative_to(table).parts:
-            continue
-        for name in files:
-            if name.startswith(".") and name.endswith(".crc") and not (here / name[1:-4]).exists():
-                (here / name).unlink(missing_ok=True)
+    files = _data_files(store, table)
+    for key in [k for k in files if _hidden(k) and k.endswith(".crc")]:
+        folder, _, name = key.rpartition("/")
+        if f"{folder}/{name[1:-4]}" not in files:
+            store.delete(key)
+    for folder in sorted((p for p in local.rglob("*") if p.is_dir() and "_delta_log" not in p.relative_to(local).parts),
+                         key=lambda p: len(p.parts), reverse=True):
         try:
-            here.rmdir()
+            folder.rmdir()
             removed += 1
         except OSError:
             pass
-    if removed:
-        fsync_dir(table)
     return removed
 
 
-def _table_holds(table: Path, stream_id: str) -> bool:
-    if not (table / "_delta_log").is_dir():
-        return False
+def _table_holds(table: TableLocation, stream_id: str) -> bool:
     try:
-        return DeltaTable(str(table)).transaction_version(stream_id) is not None
+        dt = open_table(table)
+        return dt is not None and dt.transaction_version(stream_id) is not None
     except Exception:  # an unreadable leftover: keep the request pending, to be looked at
         return True
 
 
-# -- the write-ahead log, through the engine's reader ------------------------------------------
+# -- the write-ahead log, through the engine's readers (jobs/tables.py StreamLogs) ------------
 
 
-def _log_ranges(folder: Path) -> list[tuple[int, int]] | None:
-    """The sequence range of each message record in a stream's log segments; None if a record is of
-    a kind this job does not know (it may hold messages: wait rather than guess)."""
-    if not folder.is_dir():
-        return []
+def _log_ranges(logs: StreamLogs) -> list[tuple[int, int]] | None:
+    """The sequence range of each message record in the stream's log; None if a record is of a kind
+    this job does not know, or an object is not a log object (it may hold messages: wait rather than guess)."""
+    try:
+        return _record_ranges(logs.records())
+    except ValueError:
+        return None
+
+
+def _record_ranges(records: Iterable[Record]) -> list[tuple[int, int]] | None:
     found: list[tuple[int, int]] = []
-    for path in sorted(folder.glob(f"*{WAL_SUFFIX}")):
-        try:
-            records, _ = read_segment(path)  # a torn tail is never acknowledged: left out
-        except FileNotFoundError:
-            continue  # flushed and dropped meanwhile
-        for record in records:
-            if record.kind in (KIND_ARROW, KIND_PACKED):
-                rows = decode(record.kind, record.payload)
-                if len(rows):
-                    found.append((rows.first_seq, rows.last_seq))
-            elif record.kind in SEALED_KINDS:  # an encrypted stream's record: its sequences are plain
-                span = seq_range(record.kind, record.payload)
-                if span is not None:
-                    found.append(span)
-            elif record.kind != KIND_REMOVE:
-                return None
+    for record in records:
+        if record.kind in (KIND_ARROW, KIND_PACKED):
+            rows = decode(record.kind, record.payload)
+            if len(rows):
+                found.append((rows.first_seq, rows.last_seq))
+        elif record.kind in SEALED_KINDS:  # an encrypted stream's record: its sequences are plain
+            span = seq_range(record.kind, record.payload)
+            if span is not None:
+                found.append(span)
+        elif record.kind != KIND_REMOVE:
+            return None
     return found
 
 

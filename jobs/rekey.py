@@ -23,15 +23,13 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
-
 from pyspark.sql import SparkSession
 
 from engine.keys import Keyring, sql_decrypt, sql_encrypt
-from engine.store.layout import Layout
+from engine.store.layout import Layout, TableLocation
+from engine.store.objectstore import ObjectStoreError
 from engine.store.sealed import key_refs
-from engine.store.wal import SUFFIX, read_segment
-from jobs.tables import LeaseTimes, leased, reached
+from jobs.tables import LeaseTimes, StreamLogs, leased, reached, spark_table
 
 log = logging.getLogger("jetlake.jobs.rekey")
 
@@ -39,17 +37,19 @@ log = logging.getLogger("jetlake.jobs.rekey")
 def encrypted_streams(layout: Layout) -> list[tuple[str, str, int, bool]]:
     """(name, stream id, key tokens, protected subjects) of the account's encrypted streams."""
     out = []
-    folder = layout.stream_configs
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+    folder = layout.stream_configs_key
+    for meta in list(layout.objects.list(folder)):
+        if "/" in meta.key[len(folder) + 1:] or not meta.key.endswith(".json"):
+            continue
         try:
-            record = json.loads(path.read_bytes())
+            record = json.loads(layout.objects.get(meta.key).data)
             if "encryption" in record:
                 out.append((str(record["config"]["name"]), str(record["stream_id"]),
                             int(record["encryption"].get("key_tokens", 0)),
                             bool(record["encryption"].get("protected_subjects", False))))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            log.warning("skipping stream config %s: %s", path.name, exc)
-    return out
+        except (ObjectStoreError, ValueError, KeyError, TypeError) as exc:
+            log.warning("skipping stream config %s: %s", meta.key, exc)
+    return sorted(out)
 
 
 def rekey(spark: SparkSession, layout: Layout, keyring: Keyring, times: LeaseTimes | None = None) -> dict[str, int]:
@@ -74,9 +74,9 @@ def _rekey_stream(spark: SparkSession, layout: Layout, keyring: Keyring, name: s
     if not pairs:
         return {}
     old_refs = {old for old, _, _, _ in pairs}
-    table = layout.stream_table(name)
+    table = layout.stream_table_location(name)
     with leased(layout, table, times):
-        if _log_needs(layout.wal_dir(name), old_refs):
+        if _log_needs(StreamLogs(layout, name), old_refs):
             log.info("rekey %s: its log still holds values under older keys; it waits for a flush", name)
             return {"streams_waiting": 1}
         view = f"_jetlake_rekey_{stream_id}"
@@ -88,7 +88,7 @@ def _rekey_stream(spark: SparkSession, layout: Layout, keyring: Keyring, name: s
             reached("rekey.merged")
             subject = " OR substring(s.subject, 1, 5) = m.old_ref" if protected else ""
             left = spark.sql(
-                f"SELECT /*+ BROADCAST(m) */ count(*) FROM delta.`{table}` s JOIN {view} m "
+                f"SELECT /*+ BROADCAST(m) */ count(*) FROM {spark_table(table)} s JOIN {view} m "
                 f"ON substring(s.data, 1, 5) = m.old_ref OR substring(s.headers, 1, 5) = m.old_ref{subject}"
             ).collect()[0][0]
         finally:
@@ -101,7 +101,7 @@ def _rekey_stream(spark: SparkSession, layout: Layout, keyring: Keyring, name: s
     return {"streams_rekeyed": 1, "rows_reencrypted": updated, "keys_retired": len(retired)}
 
 
-def _merge(spark: SparkSession, table: Path, stream_id: str, view: str, protected: bool) -> int:
+def _merge(spark: SparkSession, table: TableLocation, stream_id: str, view: str, protected: bool) -> int:
     opened_subject = sql_decrypt("s.subject", "m.old_key", stream_id, "subject", seq_sql="s.seq", strict=True)
     subject = f"CAST({opened_subject} AS STRING)" if protected else "s.subject"
 
@@ -118,21 +118,17 @@ def _merge(spark: SparkSession, table: Path, stream_id: str, view: str, protecte
             + " AS subject"
         updates += ", t.subject = u.subject"
     row = spark.sql(
-        f"MERGE INTO delta.`{table}` t USING ("
+        f"MERGE INTO {spark_table(table)} t USING ("
         f"SELECT /*+ BROADCAST(m) */ s.seq AS seq, {columns} "
-        f"FROM delta.`{table}` s JOIN {view} m ON substring(s.data, 1, 5) = m.old_ref"
+        f"FROM {spark_table(table)} s JOIN {view} m ON substring(s.data, 1, 5) = m.old_ref"
         f") u ON t.seq = u.seq WHEN MATCHED THEN UPDATE SET {updates}"
     ).collect()
     return int(row[0]["num_updated_rows"]) if row else 0
 
 
-def _log_needs(folder: Path, refs: set[bytes]) -> bool:
-    """Whether a record of the stream's log holds a value under one of `refs`."""
-    for path in sorted(folder.glob(f"*{SUFFIX}")) if folder.is_dir() else []:
-        try:
-            records, _ = read_segment(path)
-        except FileNotFoundError:
-            continue  # flushed and removed meanwhile
-        if any(key_refs(r.kind, r.payload) & refs for r in records):
-            return True
-    return False
+def _log_needs(logs: StreamLogs, refs: set[bytes]) -> bool:
+    """Whether a record of the stream's log holds a value under one of `refs` (or cannot be read)."""
+    try:
+        return any(key_refs(r.kind, r.payload) & refs for r in logs.records())
+    except ValueError:
+        return True

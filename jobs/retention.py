@@ -28,13 +28,12 @@ older copy; `include_erase=True` makes their rows physical here too, but keeps t
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 from delta.tables import DeltaTable as SparkDeltaTable
 from pyspark.sql import SparkSession
 
-from engine.store.layout import Layout
+from engine.store.layout import Layout, TableLocation
 from jobs.tables import (
     LeaseTimes,
     StreamEntry,
@@ -55,6 +54,7 @@ from jobs.tables import (
     read_tombstones,
     remove_tombstones,
     seq_predicate,
+    spark_table,
     table_version,
     vacuum_replaced,
     vacuum_window_hours,
@@ -128,7 +128,7 @@ def run(
     if applied or orphans:
         _remove_tombstones(
             spark, layout, applied, orphans, sum(1 for t in tombstones if t.stream_id in set(orphans)), include_erase, merge_threshold, times, figures)
-    _vacuum(layout, layout.tombstones_table, window, times, figures)
+    _vacuum(layout, layout.tombstones, window, times, figures)
 
     figures["lease_seconds_held"] = round(times.held, 3)
     figures["lease_seconds_max"] = round(times.max_held, 3)
@@ -147,7 +147,7 @@ def run(
     return figures
 
 
-def _vacuum(layout: Layout, path: Path, window: int, times: LeaseTimes, figures: dict[str, Any]) -> None:
+def _vacuum(layout: Layout, path: TableLocation, window: int, times: LeaseTimes, figures: dict[str, Any]) -> None:
     files, size = vacuum_replaced(layout, path, window, times)
     figures["files_vacuumed"] += files
     figures["bytes_vacuumed"] += size
@@ -200,13 +200,13 @@ def _apply(
         reached("retention.delete")
         version = table_version(path)
         if len(ranges) <= merge_threshold:
-            spark.sql(f"DELETE FROM delta.`{path}` WHERE {seq_predicate(ranges)}").collect()
+            spark.sql(f"DELETE FROM {spark_table(path)} WHERE {seq_predicate(ranges)}").collect()
             how = "DELETE"
         else:
             lo, hi = ranges[0][0], ranges[-1][1]
             source = ranges_frame(spark, ranges, ["first_seq", "last_seq"])
             (
-                SparkDeltaTable.forPath(spark, str(path)).alias("t")
+                SparkDeltaTable.forPath(spark, path.spark_uri).alias("t")
                 .merge(source.alias("r"), f"t.seq >= {lo} AND t.seq <= {hi} AND t.seq BETWEEN r.first_seq AND r.last_seq")
                 .whenMatchedDelete()
                 .execute()

@@ -8,7 +8,8 @@ Why one place:
   `spark.driver.bindAddress`); the machines this runs on have no other usable interface. Only a
   driver whose executors run elsewhere (the scheduler in docker-compose.yml) sets
   `JETLAKE_SPARK_DRIVER_HOST` to the name the executors reach it by; it then binds to all interfaces.
-- Small machines: no UI, few shuffle partitions, 2 GB driver; the jobs rewrite a few files at a time.
+- Small machines: no UI, few shuffle partitions, 2 GB driver (`JETLAKE_SPARK_DRIVER_MEMORY`; executors
+  on a cluster take Spark's default or `JETLAKE_SPARK_EXECUTOR_MEMORY`); the jobs rewrite a few files at a time.
 - Small row groups (8 MiB) in the files the jobs write, like the flusher's: reads by sequence stay cheap.
 - Erasure vacuums with zero retention, so Delta's retention-duration check is off; the jobs decide
   what is old enough, not Spark's default of seven days.
@@ -16,7 +17,8 @@ Why one place:
 - Timestamps: every session writes `TIMESTAMP_MICROS` (delta-rs's and the engine's type), not INT96.
 
 The master is `local[*]` unless given or set in `JETLAKE_SPARK_MASTER`; a `spark://…`, YARN or k8s
-master works unchanged.
+master works unchanged: `spark.jars` (Delta's, and S3A's for an `s3://` warehouse) are served by the
+driver to every executor, so the workers need nothing but Spark and Java.
 
 An `s3://` warehouse adds Hadoop's S3A: its jars (`scripts/setup.sh --s3-spark` fetches them into
 `.venv/jars-s3`, apart, as the AWS SDK bundle is ~690 MB) and the `fs.s3a.*` settings from the AWS
@@ -38,6 +40,8 @@ MASTER_ENV = "JETLAKE_SPARK_MASTER"
 JARS_ENV = "JETLAKE_SPARK_JARS"
 S3_JARS_ENV = "JETLAKE_SPARK_S3_JARS"
 DRIVER_HOST_ENV = "JETLAKE_SPARK_DRIVER_HOST"
+DRIVER_MEMORY_ENV = "JETLAKE_SPARK_DRIVER_MEMORY"
+EXECUTOR_MEMORY_ENV = "JETLAKE_SPARK_EXECUTOR_MEMORY"
 DEFAULT_MASTER = "local[*]"
 LOOPBACK = "127.0.0.1"
 REQUIRED_JARS = ("delta-spark_", "delta-storage-")
@@ -95,7 +99,9 @@ def spark_session(master: str | None = None, app_name: str = "jetlake",
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
     builder = SparkSession.builder.master(master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER).appName(app_name)
-    for key, value in {**_SETTINGS, **s3a}.items():
+    memory = {name: os.environ[env] for name, env in (("spark.driver.memory", DRIVER_MEMORY_ENV),
+                                                     ("spark.executor.memory", EXECUTOR_MEMORY_ENV)) if os.environ.get(env)}
+    for key, value in {**_SETTINGS, **s3a, **memory}.items():
         builder = builder.config(key, value)
     builder = builder.config("spark.driver.host", driver_host or LOOPBACK)
     builder = builder.config("spark.driver.bindAddress", "0.0.0.0" if driver_host else LOOPBACK)

@@ -13,7 +13,7 @@ spark.sql("SELECT key, text FROM kv_config_values").show()
 A stream's table keeps deleted, purged and limit-removed messages until the retention job rewrites
 its files; the view hides them at once. Per stream, the view is
 
-- the stream's Delta table (`<warehouse>/<account>/streams/<STREAM>`),
+- the stream's Delta table (`<warehouse>/<account>/streams/<STREAM>`, on a local folder or `s3a://` on S3),
 - minus every sequence inside a tombstone range of the stream's `stream_id` (a left anti join on
   `seq BETWEEN first_seq AND last_seq`; the tombstones of an earlier stream of the same name carry
   another `stream_id` and do not apply),
@@ -53,7 +53,8 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from engine.keys import Keyring, sql_decrypt, sql_key_ref
-from engine.store.layout import Layout
+from engine.store.layout import Layout, TableLocation
+from engine.store.objectstore import ObjectStoreError
 
 log = logging.getLogger("jetlake.sql")
 
@@ -78,7 +79,7 @@ def register_views(spark: SparkSession, warehouse: str | Path | Layout, keyring:
         no streams yet registers nothing.
     """
     layout = warehouse if isinstance(warehouse, Layout) else Layout(warehouse)
-    tombstones = _delta_path(layout.tombstones_table)
+    tombstones = _delta_path(layout, layout.tombstones)
     names: list[str] = []
     taken: set[str] = set()
     buckets: list[tuple[str, str]] = []
@@ -88,9 +89,10 @@ def register_views(spark: SparkSession, warehouse: str | Path | Layout, keyring:
         if config.get("storage", "file") == "memory":
             log.info("stream %s is kept in memory only: no table, no view", name)
             continue
-        table = layout.stream_table(name)
-        if not (table / "_delta_log").is_dir():
-            log.warning("stream %s has no table at %s yet: no view", name, table)
+        location = layout.stream_table_location(name)
+        table = _delta_path(layout, location)
+        if table is None:
+            log.warning("stream %s has no table at %s yet: no view", name, location)
             continue
         if name.lower() in taken:
             log.warning("stream %s: Spark's view names ignore case and %s is taken; no view", name, name.lower())
@@ -122,27 +124,32 @@ def register_views(spark: SparkSession, warehouse: str | Path | Layout, keyring:
         spark.sql(_kv_view_sql(view, stream, bucket))
         taken.add(view.lower())
         names.append(view)
-    log.info("registered %d views over %s: %s", len(names), layout.root, ", ".join(names) or "none")
+    log.info("registered %d views over %s: %s", len(names), layout, ", ".join(names) or "none")
     return names
 
 
 def _stream_records(layout: Layout) -> list[dict[str, Any]]:
+    """The stream config records, through the warehouse's object store (a local folder or S3)."""
     records = []
-    folder = layout.stream_configs
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+    folder = layout.stream_configs_key
+    for meta in list(layout.objects.list(folder)):
+        if "/" in meta.key[len(folder) + 1:] or not meta.key.endswith(".json"):
+            continue
         try:
-            record = json.loads(path.read_bytes())
+            record = json.loads(layout.objects.get(meta.key).data)
             record["config"]["name"]
             record["stream_id"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:  # a config being replaced right now
-            log.warning("skipping stream config %s: %s", path, exc)
+        except (ObjectStoreError, ValueError, KeyError, TypeError) as exc:  # a config being replaced right now
+            log.warning("skipping stream config %s: %s", meta.key, exc)
             continue
         records.append(record)
     return sorted(records, key=lambda r: str(r["config"]["name"]))
 
 
-def _delta_path(table: Path) -> str | None:
-    return str(table) if (table / "_delta_log").is_dir() else None
+def _delta_path(layout: Layout, table: TableLocation) -> str | None:
+    """Spark's path of the table (`s3a://…` on S3), None while it has no commit yet."""
+    folder = f"{table.key}/_delta_log/"
+    return table.spark_uri if next(iter(layout.objects.list(folder)), None) is not None else None
 
 
 def _ident(name: str) -> str:
@@ -153,13 +160,13 @@ def _string(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _stream_view_sql(name: str, table: Path, stream_id: str, max_age_ns: int, tombstones: str | None,
+def _stream_view_sql(name: str, table: str, stream_id: str, max_age_ns: int, tombstones: str | None,
                      columns: str = STREAM_COLUMNS) -> str:
     return f"CREATE OR REPLACE TEMPORARY VIEW {_ident(name)} AS " + _live_rows_sql(
         table, stream_id, max_age_ns, tombstones, columns)
 
 
-def _decrypted_view_sql(name: str, table: Path, stream_id: str, max_age_ns: int, tombstones: str | None,
+def _decrypted_view_sql(name: str, table: str, stream_id: str, max_age_ns: int, tombstones: str | None,
                         keys_view: str, protected: bool = False) -> str:
     """An encrypted stream's view: the rows joined to their data key (by the key reference every sealed
     value starts with), opened with Spark's `try_aes_decrypt`, in a plain stream's columns. Protected
@@ -181,10 +188,10 @@ def _decrypted_view_sql(name: str, table: Path, stream_id: str, max_age_ns: int,
     )
 
 
-def _live_rows_sql(table: Path, stream_id: str, max_age_ns: int, tombstones: str | None, columns: str,
+def _live_rows_sql(table: str, stream_id: str, max_age_ns: int, tombstones: str | None, columns: str,
                    join: str = "", hint: str = "") -> str:
     """The SELECT of a stream's rows that are not tombstoned nor older than `max_age`."""
-    source = f"delta.{_ident(str(table))} s {join}".rstrip()
+    source = f"delta.{_ident(table)} s {join}".rstrip()
     hints = [h for h in (hint, "BROADCAST(t)" if tombstones is not None else "") if h]
     sql = f"SELECT /*+ {', '.join(hints)} */ " if hints else "SELECT "
     if tombstones is not None:

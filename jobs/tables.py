@@ -1,17 +1,21 @@
 """What the maintenance jobs share: the account's streams, their tombstones, the commit lease, table
 properties, and the vacuum of replaced files.
 
-- Streams come from the engine's config files (`layout.stream_configs`; one stream's file is
-  `layout.stream_config(name)`, hashed for long names) with the stream's config, creation time and
-  `stream_id`; a stream's table is `layout.stream_table(name)`. A job re-reads a stream's entry under
-  the table's lease before it acts (`read_stream`), so a stream re-created meanwhile is recognised.
+- Streams come from the engine's config objects in the warehouse's object store
+  (`layout.stream_configs_key`; one stream's is `layout.stream_config_key(name)`, hashed for long
+  names) with the stream's config, creation time and `stream_id`; a stream's table is a
+  `TableLocation` (`layout.stream_table_location(name)`): delta-rs reaches it by `uri` and
+  `storage_options`, Spark by `spark_uri` (`s3a://…` on S3), the store by `key`, so one code path
+  serves a local and an `s3://` warehouse. A job re-reads a stream's entry under the table's lease
+  before it acts (`read_stream`), so a stream re-created meanwhile is recognised.
 - Tombstones (`_system/tombstones`) are inclusive sequence ranges of logically deleted messages, keyed
   by `stream_id`. A range is safe to make physical once the stream's table holds every sequence up to
   its end: `DeltaTable(path).transaction_version(stream_id)` is the last sequence the flusher committed.
-- Every commit a job makes to a table happens under that table's commit lease, the same `flock` the
-  gateway's flusher (and stream create and delete) take; the lease is held for one command, never a
+- Every commit a job makes to a table happens under that table's commit lease, the same lease object
+  (engine/store/lease.py, conditional writes in the object store) the gateway's flusher (and stream create and delete) take; the lease is held for one command, never a
   whole job, so the flusher catches up between commands (publishes are acknowledged from the log meanwhile).
-- Replaced data files are deleted once the vacuum window has passed since the commit that replaced them.
+- Replaced data files are deleted once the vacuum window has passed since the commit that replaced
+  them (delta-rs's vacuum, which deletes through the same object store on S3).
 - Tables stay within what delta-rs and Spark both write: no deletion vectors, no clustering, no
   column mapping; column statistics on sequence and time columns only.
 
@@ -30,7 +34,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
@@ -46,8 +49,12 @@ from engine.store.layout import (
     STREAM_TABLE_PROPERTIES,
     TOMBSTONE_TABLE_PROPERTIES,
     Layout,
+    TableLocation,
 )
 from engine.store.lease import commit_lease
+from engine.store.object_log import read_log_objects
+from engine.store.objectstore import ObjectNotFoundError, ObjectStoreError
+from engine.store.wal import SUFFIX as WAL_SUFFIX, Record, read_segment
 from jobs.spark import SESSION_SETTINGS
 
 log = logging.getLogger("jetlake.jobs")
@@ -78,7 +85,7 @@ class StreamEntry:
     name: str
     stream_id: str
     config: dict[str, Any]
-    path: Path
+    path: TableLocation
 
 
 @dataclass(frozen=True)
@@ -114,45 +121,72 @@ def reached(step: str) -> None:
 
 
 def read_stream(layout: Layout, name: str) -> StreamEntry | None:
-    """One stream's entry by its name, through the layout's file name for it (long names are hashed);
+    """One stream's entry by its name, through the layout's key for it (long names are hashed);
     None when it has no config (deleted, or a memory stream)."""
-    path = layout.stream_config(name)
     try:
-        record = json.loads(path.read_bytes())
-        config = record["config"]
-        if isinstance(config, str):
-            config = json.loads(config)
-        return StreamEntry(config.get("name") or name, str(record["stream_id"]), config, layout.stream_table(name))
-    except FileNotFoundError:
+        return _entry(layout.objects.get(layout.stream_config_key(name)).data, name, layout)
+    except ObjectNotFoundError:
         return None
 
 
 def list_streams(layout: Layout) -> list[StreamEntry]:
-    """The account's file streams (memory streams keep no config file and no table), by name."""
+    """The account's file streams (memory streams keep no config and no table), by name."""
     out: list[StreamEntry] = []
-    folder = layout.stream_configs
-    if not folder.is_dir():
-        return out
-    for path in sorted(folder.glob("*.json")):
-        try:
-            record = json.loads(path.read_bytes())
-            config = record["config"]
-            if isinstance(config, str):
-                config = json.loads(config)
-            name = config.get("name") or path.stem
-            stream_id = str(record["stream_id"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:  # deleted or half-written meanwhile
-            log.warning("skipping stream config %s: %s", path.name, exc)
+    folder = layout.stream_configs_key
+    for meta in list(layout.objects.list(folder)):
+        relative = meta.key[len(folder) + 1:]
+        if "/" in relative or not relative.endswith(".json"):
             continue
-        out.append(StreamEntry(name, stream_id, config, layout.stream_table(name)))
-    return out
+        try:
+            out.append(_entry(layout.objects.get(meta.key).data, relative.removesuffix(".json"), layout))
+        except (ObjectStoreError, ValueError, KeyError, TypeError) as exc:  # deleted or half-written meanwhile
+            log.warning("skipping stream config %s: %s", meta.key, exc)
+    return sorted(out, key=lambda entry: entry.name)
 
 
-def open_table(path: Path) -> DeltaTable | None:
+def _entry(data: bytes, fallback_name: str, layout: Layout) -> StreamEntry:
+    record = json.loads(data)
+    config = record["config"]
+    if isinstance(config, str):
+        config = json.loads(config)
+    name = config.get("name") or fallback_name
+    return StreamEntry(name, str(record["stream_id"]), config, layout.stream_table_location(name))
+
+
+class StreamLogs:
+    """A stream's write-ahead log wherever this process can see it: the local folder (`--wal local`, a
+    gateway on this machine) and the objects under `_log/<stream>/` (`--wal object`, any machine),
+    read with the engine's readers. A job on another machine than a `--wal local` gateway cannot see
+    its log; it relies on the table's `transaction_version` and the gateway dropping flushed segments."""
+
+    def __init__(self, layout: Layout, stream: str) -> None:
+        self.folder = layout.wal_dir(stream)
+        self.store = layout.objects
+        self.prefix = layout.object_log_key(stream)
+        self.segments_read = 0
+
+    def records(self) -> list[Record]:
+        """Every intact record. Raises ValueError for an object under the prefix that is not a log object."""
+        groups = [records for _, records in read_log_objects(self.store, self.prefix)]
+        for path in sorted(self.folder.glob(f"*{WAL_SUFFIX}")) if self.folder.is_dir() else []:
+            try:
+                groups.append(read_segment(path)[0])  # a torn tail is never acknowledged: left out
+            except FileNotFoundError:
+                continue  # flushed and dropped meanwhile
+        self.segments_read = len(groups)
+        return [record for group in groups for record in group]
+
+
+def open_table(table: TableLocation) -> DeltaTable | None:
     try:
-        return DeltaTable(str(path))
+        return DeltaTable(table.uri, storage_options=table.storage_options)
     except TableNotFoundError:
         return None
+
+
+def delta_table(table: TableLocation) -> DeltaTable:
+    """The table's latest version; raises TableNotFoundError."""
+    return DeltaTable(table.uri, storage_options=table.storage_options)
 
 
 def flushed_seq(stream: StreamEntry) -> int:
@@ -163,7 +197,7 @@ def flushed_seq(stream: StreamEntry) -> int:
 
 def read_tombstones(layout: Layout, stream_id: str | None = None) -> list[Tombstone]:
     """The tombstone rows of one stream (or all streams), from the tombstones table's latest version."""
-    dt = open_table(layout.tombstones_table)
+    dt = open_table(layout.tombstones)
     if dt is None:
         return []
     table = dt.to_pyarrow_table(columns=["stream_id", "first_seq", "last_seq", "reason", "erase"])
@@ -206,7 +240,7 @@ def ranges_frame(spark: SparkSession, rows: list[tuple[Any, ...]], names: list[s
 
 
 @contextmanager
-def leased(layout: Layout, table: Path, times: LeaseTimes | None = None) -> Iterator[None]:
+def leased(layout: Layout, table: TableLocation, times: LeaseTimes | None = None) -> Iterator[None]:
     """Holds the table's commit lease (the gateway's flusher waits meanwhile) for one command."""
     asked = time.monotonic()
     with commit_lease(layout.lease_file(table)):
@@ -224,12 +258,11 @@ def leased(layout: Layout, table: Path, times: LeaseTimes | None = None) -> Iter
                 times.windows.append((wall, wall + held))
 
 
-def table_properties_for(layout: Layout, path: Path) -> dict[str, str]:
+def table_properties_for(layout: Layout, path: TableLocation) -> dict[str, str]:
     """The properties a table of this warehouse should carry, by the kind of table at `path`."""
-    path = path.resolve()
-    if path == layout.tombstones_table.resolve():
+    if path.key == layout.tombstones.key:
         base = TOMBSTONE_TABLE_PROPERTIES
-    elif path == layout.acks_table.resolve():
+    elif path.key == layout.acks.key:
         base = ACK_TABLE_PROPERTIES
     else:
         base = STREAM_TABLE_PROPERTIES
@@ -237,7 +270,8 @@ def table_properties_for(layout: Layout, path: Path) -> dict[str, str]:
 
 
 def ensure_table_properties(
-    spark: SparkSession, layout: Layout, path: Path, extra: dict[str, str] | None = None, times: LeaseTimes | None = None
+    spark: SparkSession, layout: Layout, path: TableLocation, extra: dict[str, str] | None = None,
+    times: LeaseTimes | None = None,
 ) -> int:
     """Sets the properties the jobs rely on where they differ; returns how many were set (0: no commit)."""
     dt = open_table(path)
@@ -250,19 +284,24 @@ def ensure_table_properties(
         return 0
     assignments = ", ".join(f"'{k}' = '{v}'" for k, v in sorted(missing.items()))
     with leased(layout, path, times):
-        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({assignments})").collect()
+        spark.sql(f"ALTER TABLE {spark_table(path)} SET TBLPROPERTIES ({assignments})").collect()
     log.info("table %s: set %s", path.name, assignments)
     return len(missing)
 
 
-def table_version(path: Path) -> int:
+def spark_table(table: TableLocation) -> str:
+    """The table in Spark SQL: ``delta.`<spark uri>` `` (`s3a://…` on S3)."""
+    return "delta.`" + table.spark_uri.replace("`", "``") + "`"
+
+
+def table_version(path: TableLocation) -> int:
     dt = open_table(path)
     return dt.version() if dt is not None else -1
 
 
-def last_commit(path: Path, since_version: int) -> dict[str, Any] | None:
+def last_commit(path: TableLocation, since_version: int) -> dict[str, Any] | None:
     """commitInfo of the table's latest commit if it is newer than `since_version` (read under the lease)."""
-    dt = DeltaTable(str(path))
+    dt = delta_table(path)
     if dt.version() <= since_version:
         return None
     history = dt.history(1)
@@ -283,8 +322,8 @@ def metric(commit: dict[str, Any] | None, *names: str) -> int:
     return 0
 
 
-def system_tables(layout: Layout) -> list[Path]:
-    return [layout.tombstones_table, layout.acks_table]
+def system_tables(layout: Layout) -> list[TableLocation]:
+    return [layout.tombstones, layout.acks]
 
 
 def remove_tombstones(
@@ -302,7 +341,7 @@ def remove_tombstones(
     A row inside an applied range only names sequences whose rows the caller's committed rewrite
     removed, so it may go even if it arrived after the ranges were read; a row outside them stays.
     """
-    path: Path = layout.tombstones_table
+    path = layout.tombstones
     if open_table(path) is None or not (applied or orphans):
         return 0
     ensure_table_properties(spark, layout, path, times=times)
@@ -316,7 +355,7 @@ def remove_tombstones(
             ]
             if orphans:
                 parts.append(f"stream_id IN ({', '.join(repr(check_hex_id(sid)) for sid in orphans)})")
-            spark.sql(f"DELETE FROM delta.`{path}` WHERE {' OR '.join(parts)}").collect()
+            spark.sql(f"DELETE FROM {spark_table(path)} WHERE {' OR '.join(parts)}").collect()
         else:
             keys = [(check_hex_id(s), a, b, 0) for s, a, b in applied]
             keys += [(check_hex_id(s), 0, 2**62, 1) for s in orphans]
@@ -325,9 +364,18 @@ def remove_tombstones(
                 "t.stream_id = r.stream_id AND t.first_seq >= r.first_seq AND t.last_seq <= r.last_seq"
                 + ("" if include_erase else " AND (r.whole_stream = 1 OR NOT t.erase)")
             )
-            target = SparkDeltaTable.forPath(spark, str(path)).alias("t")
+            target = SparkDeltaTable.forPath(spark, path.spark_uri).alias("t")
             target.merge(source.alias("r"), condition).whenMatchedDelete().execute()
         return metric(last_commit(path, version), "numDeletedRows", "numTargetRowsDeleted")
+
+
+def file_key(table: TableLocation, name: str) -> str:
+    """The object key of a file delta-rs names (relative to the table and URL-quoted, or a full URI)."""
+    if "://" in name or name.startswith("/"):
+        name = name.split("://", 1)[-1]
+        marker = table.key + "/"
+        name = name[name.index(marker) + len(marker):] if marker in name else name.rsplit("/", 1)[-1]
+    return f"{table.key}/{unquote(name)}"
 
 
 def vacuum_window_hours(option: int | None = None, environ: dict[str, str] | None = None) -> int:
@@ -356,7 +404,7 @@ def interval_hours(value: str | None) -> int:
     return math.ceil(int(match.group(1)) * _UNIT_SECONDS[match.group(2).lower()] / 3600)
 
 
-def vacuum_replaced(layout: Layout, path: Path, window_hours: int, times: LeaseTimes | None = None) -> tuple[int, int]:
+def vacuum_replaced(layout: Layout, path: TableLocation, window_hours: int, times: LeaseTimes | None = None) -> tuple[int, int]:
     """Deletes the data files the table stopped naming more than the window ago (by the time of the
     commit that removed them, not the file's age), and files no commit names that are older than the
     window (a Spark rewrite leaves the empty file of a file whose rows all went), under the table's
@@ -369,13 +417,13 @@ def vacuum_replaced(layout: Layout, path: Path, window_hours: int, times: LeaseT
     if not dt.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False, full=True):
         return 0, 0  # nothing due: no lease taken, the flusher is not held up
     with leased(layout, path, times):
-        dt = DeltaTable(str(path))
+        dt = delta_table(path)
         due = dt.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False, full=True)
         size = 0
         for name in due:
             try:
-                size += (path / unquote(name)).stat().st_size
-            except FileNotFoundError:
+                size += layout.objects.head(file_key(path, name)).size
+            except ObjectNotFoundError:
                 pass
         if due:
             dt.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False, full=True)

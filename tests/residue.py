@@ -5,9 +5,11 @@ from __future__ import annotations
 import base64
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import quote, quote_plus, unquote
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 
@@ -28,25 +30,46 @@ def find_residue(root: Path, needles: dict[str, bytes]) -> list[str]:
     Every file is read: table data, `_delta_log` and checkpoints, `_wal`, `_system`."""
     hits: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = Path(dirpath) / name
-            for label, needle in needles.items():
-                text = needle.decode(errors="ignore")
-                if text and (text in name or text in unquote(name)):
-                    hits.append(f"name {path} ({label})")
+        for name in dirnames:
+            hits += _name_hits(str(Path(dirpath) / name), name, needles)
         for name in filenames:
             path = Path(dirpath) / name
-            data = path.read_bytes()
-            for label, needle in needles.items():
-                for m in re.finditer(re.escape(needle), data):
-                    hits.append(f"bytes {path} offset {m.start()} ({label})")
-            if name.endswith(".parquet") and not name.startswith("."):
-                try:
-                    values = repr(pq.read_table(path).to_pylist()).encode()
-                except Exception as exc:  # a file we cannot decode is itself worth reporting
-                    hits.append(f"undecodable parquet {path}: {exc}")
-                    continue
-                for label, needle in needles.items():
-                    if needle in values:
-                        hits.append(f"decoded parquet {path} ({label})")
+            hits += _name_hits(str(path), name, needles)
+            hits += _content_hits(str(path), name, path.read_bytes(), needles)
+    return hits
+
+
+def find_residue_in_objects(objects: Iterable[tuple[str, bytes]], needles: dict[str, bytes]) -> list[str]:
+    """The same search over objects of a bucket, given as (key, bytes): every segment of each key (its
+    "folders" too), the raw bytes, and the decoded values of Parquet objects."""
+    hits: list[str] = []
+    for key, data in objects:
+        for segment in key.split("/"):
+            hits += _name_hits(key, segment, needles)
+        hits += _content_hits(key, key.rsplit("/", 1)[-1], data, needles)
+    return hits
+
+
+def _name_hits(where: str, name: str, needles: dict[str, bytes]) -> list[str]:
+    hits = []
+    for label, needle in needles.items():
+        text = needle.decode(errors="ignore")
+        if text and (text in name or text in unquote(name)):
+            hits.append(f"name {where} ({label})")
+    return hits
+
+
+def _content_hits(where: str, name: str, data: bytes, needles: dict[str, bytes]) -> list[str]:
+    hits = []
+    for label, needle in needles.items():
+        for m in re.finditer(re.escape(needle), data):
+            hits.append(f"bytes {where} offset {m.start()} ({label})")
+    if name.endswith(".parquet") and not name.startswith("."):
+        try:
+            values = repr(pq.read_table(pa.BufferReader(data)).to_pylist()).encode()
+        except Exception as exc:  # a file we cannot decode is itself worth reporting
+            return [*hits, f"undecodable parquet {where}: {exc}"]
+        for label, needle in needles.items():
+            if needle in values:
+                hits.append(f"decoded parquet {where} ({label})")
     return hits

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SERVICES = {"s3", "gateway", "gateway-2", "spark-master", "spark-worker", "scheduler"}
-WAREHOUSE_USERS = {"gateway", "gateway-2", "spark-master", "spark-worker", "scheduler"}
-S3_CLIENTS = {"gateway", "gateway-2", "spark-worker", "scheduler"}
+SERVICES = {"s3", "gateway", "gateway-2", "spark-master", "spark-worker", "scheduler", "scheduler-s3"}
+WAREHOUSE_USERS = {"gateway", "gateway-2", "spark-master", "spark-worker", "scheduler", "scheduler-s3"}
+S3_CLIENTS = {"gateway", "gateway-2", "spark-worker", "scheduler", "scheduler-s3"}
 
 
 def _compose(*args: str) -> subprocess.CompletedProcess[str]:
@@ -50,7 +50,12 @@ def test_docker_compose_config_is_valid_and_has_every_service() -> None:
     assert sorted(volumes.stdout.split()) == ["s3-data", "warehouse"], "one warehouse volume, shared; the store's data"
     blocks = _services(result.stdout)
     assert set(blocks) == SERVICES
-    assert "spark://spark-master:7077" in blocks["scheduler"], "the scheduler submits its jobs to the compose master"
+    for name in ("scheduler", "scheduler-s3"):
+        assert "spark://spark-master:7077" in blocks[name], f"{name} submits its jobs to the compose master"
+    assert "s3://jetlake/warehouse" in blocks["scheduler-s3"], "the jobs of the object-storage warehouse"
+    assert "JETLAKE_SPARK_DRIVER_HOST: scheduler-s3" in blocks["scheduler-s3"], "executors reach the driver"
+    assert "org.apache.spark.deploy.master.Master" in blocks["spark-master"]
+    assert "org.apache.spark.deploy.worker.Worker" in blocks["spark-worker"]
     for name in WAREHOUSE_USERS:
         assert "target: /warehouse" in blocks[name] or "warehouse:/warehouse" in blocks[name], name
     for name in S3_CLIENTS:

@@ -189,3 +189,17 @@ def open_log(layout: Layout, name: str, lease: Lease | None, sync_always: bool =
     if lease is None:
         return WriteAheadLog(layout.wal_dir(name), sync_always=sync_always, name=log_name, backlog=backlog)
     return ObjectLog(layout.objects, layout.object_log_key(name), lease, log_name, backlog)
+
+
+def read_log_objects(store: ObjectStore, prefix: str) -> list[tuple[str, list[Record]]]:
+    """The records of every log object under `prefix`, read-only: for readers beside the owner (the erase
+    and rekey jobs check which sequences a stream's log still holds). An object removed meanwhile by a
+    flush is left out. Raises ValueError for an object that is not a fenced log object."""
+    out: list[tuple[str, list[Record]]] = []
+    for key in sorted(meta.key for meta in store.list(prefix) if meta.key.endswith(SUFFIX)):
+        try:
+            data = read_fenced(store, key).payload
+        except ObjectNotFoundError:
+            continue
+        out.append((key, scan_segment(data).records))
+    return out

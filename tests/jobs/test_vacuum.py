@@ -107,7 +107,7 @@ def test_a_running_gateway_reads_on_after_a_rewrite_and_a_vacuum(gateway: Gatewa
 
         figures = retention.run(spark, layout, vacuum_window=0)
         assert figures["rows_deleted"] == purged and figures["files_vacuumed"] > 0, figures
-        assert set(_data_files(entry.path)) == _named(entry.path)
+        assert set(_data_files(entry.path.local_path)) == _named(entry.path.local_path)
 
         for seq, data in live.items():  # point reads: the cached file list names vacuumed files
             resp = c.get(f"/v1/streams/READ/messages/{seq}")
