@@ -319,14 +319,14 @@ def _jobs_run(args: argparse.Namespace) -> int:
     names = list(JOBS) if args.job == "all" else [args.job]
     accounts = [args.account] if args.account else account_names(args.warehouse) or [DEFAULT_ACCOUNT]
     options = _job_options(args)
-    keyrings = {account: _keyring(args, Layout(args.warehouse, account)) for account in accounts}
+    keyrings = {account: _keyring(args, Layout(args.warehouse, account, args.wal_dir)) for account in accounts}
     if any(k is False for k in keyrings.values()):
         return 2  # a wrong key refuses the run before Spark starts
     spark = spark_session(args.master, app_name=f"jetlake-jobs-{args.job}", warehouse=args.warehouse)
     status = 0
     try:
         for account in accounts:
-            layout = Layout(args.warehouse, account)
+            layout = Layout(args.warehouse, account, args.wal_dir)
             for name in names:
                 try:
                     extra = {"keyring": keyrings[account]} if name == "compact" and keyrings[account] else {}
@@ -361,7 +361,7 @@ def _scheduler(args: argparse.Namespace) -> int:
         return 2
     scheduler = Scheduler(
         spark=lambda: spark_session(args.master, app_name="jetlake-scheduler", warehouse=args.warehouse),
-        layout=Layout(args.warehouse),
+        layout=Layout(args.warehouse, wal_dir=args.wal_dir),
         intervals=intervals,
         all_accounts=True,
         options=_job_options(args),
@@ -414,7 +414,7 @@ def _sql(args: argparse.Namespace) -> int:
     from jobs.spark import spark_session
     from jobs.sql import register_views
 
-    layout = Layout(args.warehouse, args.account)
+    layout = Layout(args.warehouse, args.account, args.wal_dir)
     keyring = _keyring(args, layout)
     if keyring is False:
         return 2
@@ -670,6 +670,10 @@ def _spark_options(parser: argparse.ArgumentParser, log_level: str = "info") -> 
     parser.add_argument("--warehouse", default="./warehouse", help="warehouse folder (default ./warehouse)")
     parser.add_argument("--master", default=None,
                         help="Spark master URL (default $JETLAKE_SPARK_MASTER, then local[*])")
+    parser.add_argument("--wal-dir", default=None, metavar="DIR",
+                        help="the gateway's --wal-dir, for an s3:// warehouse on the gateway's machine: the jobs "
+                             "then also see its local log (erasure waits for it) and an encrypted account's keyring "
+                             "(default: the warehouse when local, ./jetlake-state on S3)")
     parser.add_argument("--log-level", default=log_level, choices=LOG_LEVELS)
 
 

@@ -10,9 +10,10 @@ in its log), and after re-reading there what the decision rests on:
    unless a deletion cut short left its table or log behind (then they wait). A namesake created
    since is another stream and is not touched.
 2. The messages are in the table and out of the write-ahead log: the table's app transaction
-   (`transaction_version(stream_id)`) reaches the highest erased sequence, and no log segment under
-   `_wal/<stream>/` (read with the engine's log reader and row decoder) holds one of them; the
-   gateway drops segments after each flush. Otherwise the request waits and the log says why.
+   (`transaction_version(stream_id)`) reaches the highest erased sequence, and no log segment the job
+   can see (the local `_wal/<stream>/`, and with `--wal object` the objects under `_log/<stream>/`;
+   jobs/tables.py `StreamLogs`, the engine's readers) holds one of them; the gateway drops segments
+   after each flush. Otherwise the request waits and the log says why.
 3. Spark's `DELETE ... WHERE seq BETWEEN ...` (sequence predicates only: Delta keeps a DELETE's
    predicate in its commit info) rewrites the files holding them.
 4. The table's `delta.deletedFileRetentionDuration` and `delta.logRetentionDuration` go to zero, in
@@ -21,11 +22,14 @@ in its log), and after re-reading there what the decision rests on:
 5. A full vacuum at zero retention (delta-rs) deletes every data file the table no longer names,
    a checkpoint at the newest version holds the live files only, every `_delta_log` entry older
    than it goes (commits naming the erased files and their partition values, Spark's `.crc` files,
-   older checkpoints, leftover temporary files), emptied partition folders go (their names are
-   subjects), and the properties return to the recorded values.
+   older checkpoints, leftover temporary files), on a local warehouse emptied partition folders go
+   (their names are subjects; an object store has no folders), and the properties return to the
+   recorded values.
+Every file operation goes through the warehouse's `ObjectStore` and delta-rs (a local folder or
+S3): one code path for both, no `os.walk` or local path outside the local folders' cleanup.
 Then, outside the table's lease: the tombstones lying inside the erased ranges (erase tombstones, and
 purge/delete/limit ones whose rows are gone now) are removed from the tombstones table; a
-verification pass reads the table after the rewrite and every data file on disk that could hold an
+verification pass reads the table after the rewrite and every data object that could hold an
 erased sequence, checks that the log holds nothing older than the checkpoint and that no log segment
 holds an erased sequence; only then is each request marked done, with a receipt of what was checked
 (rows found, files scanned and read, table and checkpoint versions, log entries, segments).

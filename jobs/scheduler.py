@@ -189,7 +189,8 @@ class Scheduler:
         if not self.all_accounts:
             return [self.layout]
         names = account_names(self.layout.warehouse)
-        return [Layout(self.layout.warehouse, name) for name in names] or [self.layout]
+        wal_dir = self.layout.wal_dir_root.parent
+        return [Layout(self.layout.location, name, wal_dir) for name in names] or [self.layout]
 
     def _run_one(self, name: str) -> None:
         for layout in self._layouts():
