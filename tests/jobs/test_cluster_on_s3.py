@@ -55,13 +55,14 @@ def test_retention_erasure_and_compaction_run_on_a_standalone_cluster_against_s3
                 sent.update(zip(seqs, (t.encode() for t in texts), strict=True))
                 assert c.post("/v1/flush").status_code == 200
             secret = publish(c, [{"subject": "orders.0", "text": f"card {marker}"}])[0]
+            assert c.post("/v1/flush").status_code == 200
+            assert find_residue_in_objects(bucket_objects(s3_server), needles), "the marker is in the bucket"
             assert c.post(f"/v1/streams/{STREAM}/purge", json={"seq": 11}).status_code == 200  # 1..10 tombstoned
             erasure = c.post("/v1/erasures", json={"stream": STREAM, "seq": secret})
             assert erasure.status_code == 202, erasure.text
             assert c.post("/v1/flush").status_code == 200
             wait_until(lambda: not list(layout.objects.list(layout.object_log_key(STREAM))),
                        "the flushed log objects are removed")
-            assert find_residue_in_objects(bucket_objects(s3_server), needles), "the marker is in the bucket"
 
             with SparkCluster(tmp_path) as cluster:
                 env = {"JETLAKE_SPARK_DRIVER_MEMORY": "1g", "JETLAKE_SPARK_EXECUTOR_MEMORY": "512m"}
