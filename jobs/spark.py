@@ -99,8 +99,8 @@ def spark_session(master: str | None = None, app_name: str = "jetlake",
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
     builder = SparkSession.builder.master(master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER).appName(app_name)
-    memory = {name: os.environ[env] for name, env in (("spark.driver.memory", DRIVER_MEMORY_ENV),
-                                                     ("spark.executor.memory", EXECUTOR_MEMORY_ENV)) if os.environ.get(env)}
+    sizes = (("spark.driver.memory", DRIVER_MEMORY_ENV), ("spark.executor.memory", EXECUTOR_MEMORY_ENV))
+    memory = {name: os.environ[env] for name, env in sizes if os.environ.get(env)}
     for key, value in {**_SETTINGS, **s3a, **memory}.items():
         builder = builder.config(key, value)
     builder = builder.config("spark.driver.host", driver_host or LOOPBACK)

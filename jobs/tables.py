@@ -12,8 +12,9 @@ properties, and the vacuum of replaced files.
   by `stream_id`. A range is safe to make physical once the stream's table holds every sequence up to
   its end: `DeltaTable(path).transaction_version(stream_id)` is the last sequence the flusher committed.
 - Every commit a job makes to a table happens under that table's commit lease, the same lease object
-  (engine/store/lease.py, conditional writes in the object store) the gateway's flusher (and stream create and delete) take; the lease is held for one command, never a
-  whole job, so the flusher catches up between commands (publishes are acknowledged from the log meanwhile).
+  (engine/store/lease.py: conditional writes in the object store, no `flock`) the gateway's flusher
+  (and stream create and delete) take; the lease is held for one command, never a whole job, so the
+  flusher catches up between commands (publishes are acknowledged from the log meanwhile).
 - Replaced data files are deleted once the vacuum window has passed since the commit that replaced
   them (delta-rs's vacuum, which deletes through the same object store on S3).
 - Tables stay within what delta-rs and Spark both write: no deletion vectors, no clustering, no
@@ -404,7 +405,9 @@ def interval_hours(value: str | None) -> int:
     return math.ceil(int(match.group(1)) * _UNIT_SECONDS[match.group(2).lower()] / 3600)
 
 
-def vacuum_replaced(layout: Layout, path: TableLocation, window_hours: int, times: LeaseTimes | None = None) -> tuple[int, int]:
+def vacuum_replaced(
+    layout: Layout, path: TableLocation, window_hours: int, times: LeaseTimes | None = None
+) -> tuple[int, int]:
     """Deletes the data files the table stopped naming more than the window ago (by the time of the
     commit that removed them, not the file's age), and files no commit names that are older than the
     window (a Spark rewrite leaves the empty file of a file whose rows all went), under the table's
