@@ -117,6 +117,10 @@ def test_sql_and_api_agree_after_deletes_purges_and_limits(
         # max_age: expired messages leave SQL at the query's time, whether or not a tombstone says so yet.
         time.sleep(1.3)
         assert spark.sql("SELECT count(*) AS n FROM AGED").first().n == 0
+        # A longer max_age before the next message, so a slow query cannot see it age out (views read the config).
+        aged = {"name": "AGED", "subjects": ["aged"], "max_age": 3_600_000_000_000}
+        assert c.put("/v1/streams/AGED", json=aged).status_code == 200
+        register_views(spark, warehouse)
         _publish(c, [{"subject": "aged", "text": "new"}])
         _flush(c)
         assert [m[2] for m in _agree(c, spark, "AGED")] == [b"new"]
