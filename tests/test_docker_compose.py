@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SERVICES = {"s3", "gateway", "gateway-2", "spark-master", "spark-worker", "scheduler", "scheduler-s3"}
-WAREHOUSE_USERS = {"gateway", "gateway-2", "spark-master", "spark-worker", "scheduler", "scheduler-s3"}
-S3_CLIENTS = {"gateway", "gateway-2", "spark-worker", "scheduler", "scheduler-s3"}
+SERVICES = {"s3", "gateway", "gateway-2", "gateway-3", "spark-master", "spark-worker", "scheduler", "scheduler-s3"}
+WAREHOUSE_USERS = {"gateway", "gateway-2", "gateway-3", "spark-master", "spark-worker", "scheduler", "scheduler-s3"}
+S3_CLIENTS = {"gateway", "gateway-2", "gateway-3", "spark-worker", "scheduler", "scheduler-s3"}
 
 
 def _compose(*args: str) -> subprocess.CompletedProcess[str]:
@@ -69,8 +69,10 @@ def test_the_s3_service_runs_the_projects_server_script_reachable_in_the_network
     s3 = _services(result.stdout)["s3"]
     assert "scripts/s3-server.sh" in s3 and "JETLAKE_S3_HOST: 0.0.0.0" in s3, s3
     assert "target: /data" in s3 or "s3-data:/data" in s3, s3
-    second = _services(result.stdout)["gateway-2"]
-    assert "s3://jetlake/warehouse" in second, "the second gateway serves the object-storage warehouse"
+    for name in ("gateway-2", "gateway-3"):  # two gateways of one cluster on the object-storage warehouse
+        block = _services(result.stdout)[name]
+        assert "s3://jetlake/warehouse" in block and "--cluster" in block, block
+        assert f"http://{name}:4280" in block, "each advertises the address the other forwards to"
     default = _compose("config", "--services")
     assert default.returncode == 0, default.stderr
     assert "gateway" in default.stdout.split()
