@@ -24,15 +24,20 @@ def _setup(c: httpx.Client) -> None:
         assert all("seq" in a for a in c.post("/v1/publish", json={"messages": msgs}).json()["acks"])
 
 
-def _consume(url: str, stop: threading.Event, acked: set[int], lock: threading.Lock) -> None:
+def _consume(url: str, stop: threading.Event, acked: set[int], lock: threading.Lock, unanswered: set[int]) -> None:
+    """Fetches and acks until stopped; `unanswered` gets the batch whose ack got no answer (the kill may have
+    come after the ack was durable and before its answer: the server may rightly never deliver it again)."""
     with httpx.Client(base_url=url, timeout=5.0) as c:
         while not stop.is_set():
+            msgs = []
             try:
                 got = c.post(f"/v1/streams/{STREAM}/consumers/{CONSUMER}/next", json={"batch": 40, "expires": 200_000_000})
                 msgs = got.json()["messages"]
                 answer = c.post(f"/v1/streams/{STREAM}/consumers/{CONSUMER}/ack",
                                 json={"acks": [{"token": m["ack"]} for m in msgs]}) if msgs else None
             except httpx.HTTPError:
+                with lock:
+                    unanswered.update(m["seq"] for m in msgs)
                 return
             if answer is not None and answer.status_code == 200:
                 with lock:
@@ -47,6 +52,7 @@ def _info(c: httpx.Client, stream: str = STREAM, consumer: str = CONSUMER) -> di
 def test_kill9_during_consume_and_ack(warehouse: Path) -> None:
     gw = Gateway(warehouse, "--flush-interval", "0.3").start()
     acked: set[int] = set()
+    unanswered: set[int] = set()
     lock = threading.Lock()
     try:
         with gw.client() as c:
@@ -59,7 +65,7 @@ def test_kill9_during_consume_and_ack(warehouse: Path) -> None:
             again = c.post(f"/v1/streams/{STREAM}/consumers/TWICE/next", json={"batch": 1}).json()["messages"][0]
             assert (again["seq"], again["num_delivered"]) == (1, 2)
         stop = threading.Event()
-        workers = [threading.Thread(target=_consume, args=(gw.url, stop, acked, lock)) for _ in range(3)]
+        workers = [threading.Thread(target=_consume, args=(gw.url, stop, acked, lock, unanswered)) for _ in range(3)]
         for t in workers:
             t.start()
         deadline = time.monotonic() + 30
@@ -82,7 +88,7 @@ def test_kill9_during_consume_and_ack(warehouse: Path) -> None:
             # Acks answered OK are in the state (acks applied but cut off before their answer may be too).
             assert before["num_ack_pending"] + before["num_pending"] <= TOTAL - len(acked)  # type: ignore[operator]
             deadline = time.monotonic() + 30
-            while len(acked) < TOTAL:
+            while _info(c)["num_ack_pending"] or _info(c)["num_pending"]:
                 assert time.monotonic() < deadline, f"{TOTAL - len(acked)} messages were not delivered again"
                 msgs = c.post(f"/v1/streams/{STREAM}/consumers/{CONSUMER}/next",
                               json={"batch": 200, "expires": 300_000_000}).json()["messages"]
@@ -91,7 +97,8 @@ def test_kill9_during_consume_and_ack(warehouse: Path) -> None:
                                  json={"acks": [{"token": m["ack"]} for m in msgs]}).json()["results"] if msgs else []
                 assert results == [{"ok": True}] * len(msgs)
                 acked.update(m["seq"] for m in msgs)
-            assert acked == set(range(1, TOTAL + 1)), "every unacknowledged message was delivered again"
+            # Every message was acked by an answered ack, or its ack was cut off by the kill after it was durable.
+            assert set(range(1, TOTAL + 1)) - acked <= unanswered, "every unacknowledged message was delivered again"
             final = _info(c)
             assert final["num_ack_pending"] == 0 and final["num_pending"] == 0
             assert final["ack_floor"]["stream_seq"] == TOTAL  # type: ignore[index]
