@@ -163,6 +163,30 @@ def open_batch(values: Payloads, aads: Sequence[bytes], key_for: Callable[[int],
     return opened
 
 
+def open_value(value: memoryview | bytes, aad: bytes, keys: dict[bytes, DataKey | JetStreamError],
+               key_for: Callable[[int], DataKey]) -> bytes:
+    """Opens one value (a read of one message), as `open_batch` opens each of its rows.
+
+    `keys` caches `key_for`'s answer per key reference across the calls of one reader.
+
+    Raises:
+        JetStreamError: what `key_for` raised for the value's key (a destroyed key: `KeyDestroyedError`).
+        ValueAuthenticationError: the value is not of a known layout or fails authentication.
+    """
+    if len(value) < OVERHEAD:
+        raise ValueAuthenticationError("not an encrypted value of a known layout")
+    ref = bytes(value[:HEADER_SIZE])
+    key = keys.get(ref)
+    if key is None:
+        key = keys[ref] = _lookup(key_for, ref)
+    if isinstance(key, JetStreamError):
+        raise key
+    try:
+        return key.aead.decrypt(value[HEADER_SIZE:PREFIX_SIZE], value[PREFIX_SIZE:], aad)
+    except InvalidTag:
+        raise ValueAuthenticationError() from None
+
+
 def sql_key_ref(value_sql: str) -> str:
     """The SQL expression of a value's key reference, to join with the keys' `key_ref` column."""
     return f"substring({value_sql}, 1, {HEADER_SIZE})"

@@ -178,7 +178,7 @@ class DeltaStore:
         self.buffer = MessageBuffer(cache_bytes)
         self.sealer = sealer  # an encrypted stream (sealed.py): the log and the table hold sealed values
         self._unopened: dict[int, JetStreamError] = {}  # replayed messages whose values would not open
-        self.reads = TableReads(self.table, self.partitioner, cache_bytes, sealer.open if sealer else None,
+        self.reads = TableReads(self.table, self.partitioner, cache_bytes, sealer,
                                 sealer.open_subjects if sealer is not None and sealer.protected else None)
         self.index_cache_bytes = index_cache_bytes or cache_bytes // 2
         self._snapshot_key = layout.index_snapshot_key(stream)

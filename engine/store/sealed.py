@@ -10,8 +10,9 @@ The read buffer holds plaintext. A group of messages is sealed once, when the lo
 flusher commits those same sealed values to the table: a large group as one Arrow batch (a
 `KIND_SEALED` record, its IPC), a small one (a single publish) as lists in a packed record
 (`KIND_SEALED_PACKED`, rows.py's small layout with sealed values), made a batch only at the flush, so
-a single publish pays no Arrow batch. Reads open what they decode; a value that cannot be opened (its key destroyed, or bytes
-that fail authentication) is reported for its message only (`Opened.errors`), and the others serve.
+a single publish pays no Arrow batch. Reads open what they decode (reads by sequence: the message read,
+sealed_window.py); a value that cannot be opened (its key destroyed, or bytes that fail authentication)
+is reported for its message only (`Opened.errors`), and the others serve.
 The index snapshot (index_file.py) is not encrypted; the duplicate window's message ids it carries
 for a restart are header content, so an encrypted stream's go into it sealed (`seal_msg_ids`), one
 value for the whole window: a restart opens that one value instead of every sealed header.
@@ -41,6 +42,7 @@ from engine.keys import StreamKeys
 from engine.store import index_file
 from engine.store.layout import PROTECTED_STREAM_SCHEMA, SEALED_STREAM_SCHEMA, STREAM_SCHEMA
 from engine.store.rows import RowGroup, Rows
+from engine.store.sealed_window import SealedWindow
 
 KIND_SEALED = 4  # write-ahead log record kinds (beside rows.py's KIND_ARROW, KIND_PACKED; delta.py's KIND_REMOVE)
 KIND_SEALED_PACKED = 5
@@ -349,6 +351,10 @@ class Sealer:
         seqs = table.column("seq").to_pylist()
         plain = self._open_subjects(seqs, table.column(SUBJECT).combine_chunks(), {})
         return table.set_column(table.column_names.index(SUBJECT), SUBJECT, pa.array(plain, pa.string()))
+
+    def window(self, table: pa.Table) -> SealedWindow:
+        """A decoded row group for reads by sequence: its values opened when a message is read."""
+        return SealedWindow(self.keys, table)
 
     def open(self, table: pa.Table) -> Opened:
         """Opens the sealed `subject` (protected), `data` and `headers` columns present in `table` (and

@@ -8,9 +8,10 @@ share one byte-bounded LRU (a KV get after a restart costs no I/O the second tim
 single-threaded (two cores are shared; a thread pool's hand-offs cost more than a small group's
 decode) and pre-buffer only on S3. The index (engine/index.py) reads its block details here: the
 `seq`, `subject`, `size` and `ts` columns of the rows in a range of sequences, without payloads; a
-search by time reads `seq` and `ts` only. An encrypted stream's reads open what they decode
-(`opener`, engine/store/sealed.py): decoded row groups hold plaintext, and a message whose values do
-not open answers its own error; protected subjects are opened for the index too (`subject_opener`).
+search by time reads `seq` and `ts` only. An encrypted stream's reads open what they return
+(`opener`, engine/store/sealed.py): its decoded row groups keep the sealed values and open a row when
+it is read (sealed_window.py), and a message whose values do not open answers its own error; protected
+subjects are opened for the index too (`subject_opener`).
 A file that a maintenance job replaced and vacuumed meanwhile is met as missing: the file list is read
 again and the read retried once.
 Counterpart: the block loads of server/filestore.go (`loadMsgs`, `cacheLookup`).
@@ -54,26 +55,23 @@ class Opened(Protocol):
     errors: dict[int, JetStreamError]
 
 
-Opener = Callable[[pa.Table], Opened]  # sealed columns to plaintext (an encrypted stream's)
-
-
-class _Window:
+class Window:
     """The messages of one row group, kept as Arrow columns: a point read converts the one row it
     returns (a row group of 8,192 messages as Python objects cost milliseconds to build and several
     times the group's bytes); a consumer's window converts the group once (`list`), since it reads
-    on through it. Rows are found by binary search over the sorted `seq` column."""
+    on through it. Rows are found by binary search over the sorted `seq` column. An encrypted stream's
+    windows (sealed_window.py) convert their rows the same way and open the row they return."""
 
-    def __init__(self, table: pa.Table, errors: dict[int, JetStreamError] | None = None) -> None:
-        self.errors = errors
+    def __init__(self, table: pa.Table) -> None:
         seqs = table.column("seq").to_numpy()
         self._order: np.ndarray | None = None
         if len(seqs) > 1 and (np.diff(seqs) <= 0).any():  # an older file's group: rows out of order
             self._order = np.argsort(seqs, kind="stable")
             seqs = seqs[self._order]
         self.seqs = seqs
-        self.table = table  # the decoded columns (plaintext for an encrypted stream)
+        self.table = table  # the decoded columns (an encrypted stream's: its values still sealed)
         self._ts = table.column("ts").cast(pa.int64()).to_numpy()
-        self._lists: tuple[list[Any], ...] | None = None
+        self._lists: tuple[Any, ...] | None = None
         self.rows = table.num_rows
         self.nbytes = table.nbytes + 8 * self.rows
 
@@ -85,8 +83,7 @@ class _Window:
         """Converts every row once (consumers read on through the group); returns the bytes added."""
         if self._lists is not None:
             return 0
-        table = self.table
-        self._lists = tuple(table.column(name).to_pylist() for name in ("subject", "msg_id", "headers", "data"))
+        self._lists = self._columns()
         added = _PY_ROW_BYTES * self.rows
         self.nbytes += added
         return added
@@ -96,9 +93,13 @@ class _Window:
         i = int(seqs.searchsorted(seq))  # the method: no numpy dispatch wrapper per read
         if i >= len(seqs) or int(seqs[i]) != seq:
             return None
-        if self.errors and seq in self.errors:
-            raise self.errors[seq]
-        row = i if self._order is None else int(self._order[i])
+        return self._message(i if self._order is None else int(self._order[i]), seq)
+
+    def _columns(self) -> tuple[Any, ...]:
+        """The columns `_message` reads, as Python sequences (`list`)."""
+        return tuple(self.table.column(name).to_pylist() for name in ("subject", "msg_id", "headers", "data"))
+
+    def _message(self, row: int, seq: int) -> StoredMessage:
         if self._lists is not None:
             subjects, msg_ids, headers_, data_ = self._lists
             subject, msg_id, headers, data = subjects[row], msg_ids[row], headers_[row], data_[row]
@@ -109,6 +110,15 @@ class _Window:
                                               for name in ("subject", "msg_id", "headers", "data"))
         ts = int(self._ts[row]) * 1000
         return StoredMessage(subject, seq, ts, data or b"", dict(headers) if headers else None, msg_id)
+
+
+class Opener(Protocol):
+    """An encrypted stream's (sealed.py's Sealer): sealed columns to plaintext, or a window that opens
+    the rows it returns."""
+
+    def open(self, table: pa.Table) -> Opened: ...
+
+    def window(self, table: pa.Table) -> Window: ...
 
 
 class _RowGroups:
@@ -136,23 +146,19 @@ class _RowGroups:
                 return msg
         return None
 
-    def window(self, path: str, meta: pq.FileMetaData, group: int, listed: bool = False) -> _Window:
+    def window(self, path: str, meta: pq.FileMetaData, group: int, listed: bool = False) -> Window:
         key = (path, group)
         with self._lock:
             cached = self._entries.get(key)
             if cached is not None:
                 self._entries.move_to_end(key)
-                window: _Window = cached[0]
+                window: Window = cached[0]
                 if listed and not window.listed:
                     self._charge(key, window, window.list())
                 return window
         with open_parquet(path, meta, self.filesystem) as file:
             table = file.read_row_group(group, columns=_FILE_COLUMNS, use_threads=False)
-        if self.opener is not None:
-            opened = self.opener(table)
-            window = _Window(opened.table, opened.errors)
-        else:
-            window = _Window(table)
+        window = self.opener.window(table) if self.opener is not None else Window(table)
         if listed:
             window.list()
         with self._lock:
@@ -193,7 +199,7 @@ class _RowGroups:
     def nbytes(self) -> int:
         return self._bytes
 
-    def windows(self) -> list[_Window]:
+    def windows(self) -> list[Window]:
         """The decoded row groups held now."""
         with self._lock:
             return [value for (_, group), (value, _) in self._entries.items() if group >= 0]
@@ -231,8 +237,8 @@ class TableReads:
         self._files = _FileMap()
         self._files_lock = threading.Lock()
         self._stale = True
-        self._windows: list[tuple[int, int, _Window]] = []
-        self._window_hint: tuple[int, int, _Window] | None = None
+        self._windows: list[tuple[int, int, Window]] = []
+        self._window_hint: tuple[int, int, Window] | None = None
         self._opener = opener
         self._subject_opener = subject_opener  # protected subjects: the index rows' subjects opened
         self._row_groups = _RowGroups(cache_bytes, table.filesystem, opener)
@@ -378,7 +384,7 @@ class TableReads:
                                filesystem=self.table.filesystem) for i in chosen]
         table = _once_per_seq(pa.concat_tables(parts, promote_options="permissive").sort_by("seq"))
         if self._opener is not None:  # the msg ids are in the sealed headers
-            table = self._opener(table).table
+            table = self._opener.open(table).table
         if not table.num_rows:
             return [], None
         last_msg_id = table.column("msg_id")[-1].as_py()
