@@ -19,8 +19,8 @@ field or subject fail authentication:
 Values are always AES-256-GCM, whatever the master key's `cipher`: SQL must read them and Spark
 decrypts no other authenticated cipher; `cipher` chooses how the keyring wraps the data keys.
 
-Sealing a batch writes every value into one buffer that becomes an Arrow binary array (the log
-record and the flushed column at once); per message there is one `encrypt_into` call and nothing else.
+Sealing a batch joins every value into one buffer that becomes an Arrow binary array (the log record
+and the flushed column at once); per value there is one `encrypt` call and two list appends.
 Counterpart: the encrypted message blocks of server/filestore.go (`genEncryptionKeys`, `encryptMsgBlock`).
 """
 
@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from itertools import compress, repeat
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -81,7 +82,8 @@ def associated_data_batch(stream_id: str, seqs: Sequence[int], field: str,
     tail = f":{field}:".encode()
     if subjects is None:
         return [b"%b%d%b" % (head, seq, tail) for seq in seqs]
-    return [b"%b%d%b%b" % (head, seq, tail, subject.encode()) for seq, subject in zip(seqs, subjects)]
+    tails = {subject: tail + subject.encode() for subject in set(subjects)}  # a batch's subjects repeat
+    return [b"%b%d%b" % (head, seq, tails[subject]) for seq, subject in zip(seqs, subjects)]
 
 
 def seal(key: DataKey, nonce: bytes, plaintext: bytes, aad: bytes) -> bytes:
@@ -93,6 +95,9 @@ def seal_batch(keys: DataKey | Sequence[DataKey], nonces: np.ndarray, payloads: 
                aads: Sequence[bytes]) -> pa.BinaryArray:
     """Seals many values into one Arrow binary array; a None payload stays null.
 
+    Each value is one `encrypt` call and two list appends; the array's data is one join of the parts
+    (numpy per-row scatters and a memoryview per value cost more than the encryption of a small value).
+
     Args:
         keys: one key for the whole batch, or one per payload.
         nonces: (n, 12) bytes from a `NonceSource`.
@@ -100,32 +105,30 @@ def seal_batch(keys: DataKey | Sequence[DataKey], nonces: np.ndarray, payloads: 
         aads: the associated data of each value.
     """
     n = len(payloads)
-    views, valid, lengths = _views(payloads)
-    offsets = np.zeros(n + 1, np.int64)
-    np.cumsum(lengths + OVERHEAD * valid, out=offsets[1:])
-    if offsets[-1] >= 1 << 31:
+    values, valid, lengths = _plaintexts(payloads)
+    sizes = lengths + OVERHEAD * valid
+    if int(sizes.sum()) >= 1 << 31:
         raise ValueError("a sealed batch must stay under 2 GiB")
-    out = np.empty(int(offsets[-1]), np.uint8)
-    rows = np.flatnonzero(valid)
-    prefix = np.empty((len(rows), PREFIX_SIZE), np.uint8)
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(sizes, out=offsets[1:])
+    prefixes = np.empty((n, PREFIX_SIZE), np.uint8)
     if isinstance(keys, DataKey):
-        prefix[:, :HEADER_SIZE] = np.frombuffer(keys.ref, np.uint8)
-        encrypts: Iterable[Callable[..., object]] = repeat(keys.aead.encrypt_into)
+        prefixes[:, :HEADER_SIZE] = np.frombuffer(keys.ref, np.uint8)
+        encrypts: Iterable[Callable[[bytes, Any, bytes], bytes]] = repeat(keys.aead.encrypt)
     else:
-        refs = b"".join([keys[i].ref for i in rows.tolist()])
-        prefix[:, :HEADER_SIZE] = np.frombuffer(refs, np.uint8).reshape(-1, HEADER_SIZE)
-        encrypts = [k.aead.encrypt_into for k in keys]
-    prefix[:, HEADER_SIZE:] = nonces[rows]
-    out[offsets[rows][:, None] + np.arange(PREFIX_SIZE)] = prefix
-    buffer = memoryview(out)
-    nonce_bytes = np.ascontiguousarray(nonces[:n]).tobytes()
-    nonce_list = [nonce_bytes[j : j + NONCE_SIZE] for j in range(0, n * NONCE_SIZE, NONCE_SIZE)]
-    items = zip(encrypts, nonce_list, views, aads, (offsets[:-1] + PREFIX_SIZE).tolist(), offsets[1:].tolist())
-    for encrypt, nonce, view, aad, start, end in items if len(rows) == n else compress(items, valid.tolist()):
-        encrypt(nonce, view, aad, buffer[start:end])
-    validity = None if len(rows) == n else pa.py_buffer(np.packbits(valid, bitorder="little"))
-    buffers = [validity, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(out)]
-    return pa.Array.from_buffers(pa.binary(), n, buffers)
+        prefixes[:, :HEADER_SIZE] = np.frombuffer(b"".join([k.ref for k in keys]), np.uint8).reshape(n, HEADER_SIZE)
+        encrypts = [k.aead.encrypt for k in keys]
+    prefixes[:, HEADER_SIZE:] = nonces[:n]
+    packed = prefixes.tobytes()
+    parts: list[bytes] = []
+    append = parts.append
+    items = zip(range(0, n * PREFIX_SIZE, PREFIX_SIZE), encrypts, values, aads)
+    for at, encrypt, value, aad in items if valid is True else compress(items, valid.tolist()):
+        prefix = packed[at : at + PREFIX_SIZE]
+        append(prefix)
+        append(encrypt(prefix[HEADER_SIZE:], value, aad))
+    validity = None if valid is True else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(pa.binary(), n, [validity, pa.py_buffer(offsets), pa.py_buffer(b"".join(parts))])
 
 
 @dataclass
@@ -227,6 +230,19 @@ def _lookup(key_for: Callable[[int], DataKey], ref: bytes) -> DataKey | JetStrea
         return key_for(int.from_bytes(ref[1:], "big"))
     except JetStreamError as error:
         return error
+
+
+def _plaintexts(values: Payloads) -> tuple[Sequence[Any], np.ndarray | bool, np.ndarray]:
+    """The values as `encrypt` takes them, which rows are not null (True: all), and their lengths."""
+    if isinstance(values, pa.Array):
+        views, valid, lengths = _views(values)
+        return views, True if valid.all() else valid, lengths
+    try:
+        return values, True, np.fromiter(map(len, values), np.int64, len(values))
+    except TypeError:  # a None among them
+        pass
+    valid = np.fromiter((v is not None for v in values), bool, len(values))
+    return values, valid, np.fromiter((0 if v is None else len(v) for v in values), np.int64, len(values))
 
 
 def _views(values: Payloads) -> tuple[list[memoryview], np.ndarray, np.ndarray]:
