@@ -10,7 +10,7 @@ import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from engine.keys import Keyring, KeyDestroyedError, ValueAuthenticationError, sql_decrypt
-from engine.keys.cipher import HEADER_SIZE, OVERHEAD, PREFIX_SIZE, VERSION, associated_data
+from engine.keys.cipher import HEADER_SIZE, OVERHEAD, PREFIX_SIZE, VERSION, associated_data, open_value
 from engine.keys.nonces import NonceSource
 from tests.keys.conftest import new_stream_id
 
@@ -146,3 +146,37 @@ def test_sql_expressions_are_built_only_from_safe_names() -> None:
         sql_decrypt("data", "k.key", "0123abcd\n", "data")
     with pytest.raises(ValueError):
         sql_decrypt("data", "k.key", "0123abcd", "payload")
+
+
+def test_a_batch_with_a_key_per_subject_and_null_rows_opens_back_one_value_at_a_time(ring: Keyring) -> None:
+    stream = ring.stream(new_stream_id(), key_tokens=2)
+    subjects = ["users.1.a", "users.2.a", "users.1.b", "users.3.a"]
+    payloads = [b"one", None, b"three" * 300, b""]
+    for given in (payloads, pa.array(payloads, pa.binary())):
+        sealed = stream.seal_batch("data", [1, 2, 3, 4], subjects, given)
+        assert sealed.null_count == 1
+        values = sealed.to_pylist()
+        assert len({v[:HEADER_SIZE] for v in values if v}) == 2, "one data key per subject prefix (users.1, users.3)"
+        cache: dict = {}
+        for seq, subject, value, payload in zip([1, 2, 3, 4], subjects, values, payloads):
+            if value is not None:
+                assert open_value(memoryview(value), associated_data(stream.stream_id, seq, "data", subject),
+                                  cache, stream.key) == payload
+        assert stream.open_batch("data", [1, 2, 3, 4], subjects, sealed).values == payloads
+
+
+def test_opening_one_value_reports_tampering_and_destroyed_keys(ring: Keyring) -> None:
+    stream = ring.stream(new_stream_id(), key_tokens=1)
+    value = stream.seal_one("data", 7, "users", b"secret")
+    aad = associated_data(stream.stream_id, 7, "data", "users")
+    damaged = bytearray(value)
+    damaged[-1] ^= 0x01
+    with pytest.raises(ValueAuthenticationError):
+        open_value(bytes(damaged), aad, {}, stream.key)
+    with pytest.raises(ValueAuthenticationError):
+        open_value(value, associated_data(stream.stream_id, 8, "data", "users"), {}, stream.key)
+    with pytest.raises(ValueAuthenticationError):
+        open_value(value[:OVERHEAD - 1], aad, {}, stream.key)
+    stream.destroy_prefix("users")
+    with pytest.raises(KeyDestroyedError):
+        open_value(value, aad, {}, stream.key)

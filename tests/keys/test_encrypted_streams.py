@@ -141,17 +141,34 @@ def test_a_corrupted_value_is_reported_for_its_message_and_the_stream_serves(
     assert damaged.exists()
 
 
-def _flip_a_byte_of(table: Path, seq: int) -> Path:
-    """Rewrites the data file holding `seq` with one ciphertext byte of that message flipped."""
+def test_a_corrupted_header_value_is_reported_for_its_message_only(
+        boxed: list[JetStream], warehouse: Path, clock: ManualClock) -> None:
+    js = boxed[0]
+    publish_markers(js)
+    js.flusher.flush()
+    js.close()
+    _flip_a_byte_of(js.layout.stream_table("ORDERS"), seq=3, column="headers")
+    boxed[0] = js = open_engine(warehouse, clock)
+    js.add_consumer("ORDERS", {"durable_name": "C", "ack_policy": "explicit"})
+    delivered = {d.msg.seq: d.msg for d in js.fetch("ORDERS", "C", 10)}
+    assert sorted(delivered) == [1, 2, 4, 5, 6, 7, 8]
+    assert delivered[2].headers == {"Nats-Msg-Id": ["id-2"], "X-Secret": [MARKER.decode() + " header 2"]}
+    assert delivered[2].msg_id == "id-2" and delivered[7].headers is None and delivered[7].msg_id is None
+    with pytest.raises(ValueAuthenticationError):
+        js.get_message("ORDERS", 3)
+
+
+def _flip_a_byte_of(table: Path, seq: int, column: str = "data") -> Path:
+    """Rewrites the data file holding `seq` with one ciphertext byte of that message's `column` flipped."""
     for path in table.rglob("*.parquet"):
         rows = pq.read_table(path)
         seqs = rows.column("seq").to_pylist()
         if seq in seqs:
-            data = rows.column("data").to_pylist()
+            data = rows.column(column).to_pylist()
             value = bytearray(data[seqs.index(seq)])
             value[20] ^= 0x01
             data[seqs.index(seq)] = bytes(value)
-            rows = rows.set_column(rows.column_names.index("data"), "data", pa.array(data, pa.binary()))
+            rows = rows.set_column(rows.column_names.index(column), column, pa.array(data, pa.binary()))
             pq.write_table(rows, path)
             return path
     raise AssertionError(f"no file holds seq {seq}")
