@@ -27,8 +27,8 @@ Counterpart: the encrypted message blocks of server/filestore.go (`genEncryption
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from itertools import compress, repeat
 from dataclasses import dataclass, field
+from itertools import compress, repeat
 from typing import Any
 
 import numpy as np
