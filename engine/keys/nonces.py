@@ -37,6 +37,7 @@ class NonceSource:
         self._limit = min(counter_limit, COUNTER_LIMIT)
         self._lock = threading.Lock()
         self._prefix = np.zeros(8, np.uint8)
+        self._prefix_bytes = bytes(8)
         self._counter = self._limit  # nothing allocated yet
         self._pid = -1
 
@@ -57,8 +58,20 @@ class NonceSource:
         nonces[:, 8:] = np.arange(first, first + n, dtype=">u4").view(np.uint8).reshape(n, 4)
         return nonces
 
+    def take_bytes(self, n: int) -> bytes:
+        """`n` fresh nonces joined (a few, for a single publish: no array)."""
+        if not 0 <= n <= self._limit:
+            raise ValueError(f"cannot hand out {n} nonces at once")
+        with self._lock:
+            if self._counter + n > self._limit or self._pid != os.getpid():
+                self._new_writer()
+            first = self._counter
+            self._counter += n
+            prefix = self._prefix_bytes
+        return b"".join([prefix + counter.to_bytes(4, "big") for counter in range(first, first + n)])
+
     def one(self) -> bytes:
-        return self.take(1).tobytes()
+        return self.take_bytes(1)
 
     def _new_writer(self) -> None:
         writer = self._allocate_writer()
@@ -68,5 +81,6 @@ class NonceSource:
         prefix[:4] = np.frombuffer(writer.to_bytes(4, "big"), np.uint8)
         prefix[4:] = np.frombuffer(os.urandom(4), np.uint8)
         self._prefix = prefix
+        self._prefix_bytes = prefix.tobytes()
         self._counter = 0
         self._pid = os.getpid()

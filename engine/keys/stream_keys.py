@@ -69,6 +69,7 @@ class StreamKeys:
         self._lock = threading.RLock()
         self._cache: OrderedDict[int, DataKey] = OrderedDict()
         self._by_tag: dict[tuple[int, bytes], int] = {}
+        self._current: dict[str, DataKey] = {}  # the current epoch's keys by prefix, until the keyring changes
         self._hasher: SubjectHasher | None = None
         self._config_cipher: AESGCM | None = None
         self._destroyed_all = False
@@ -93,10 +94,15 @@ class StreamKeys:
         """The current epoch's keys of many prefixes; the missing ones are created with one fsync."""
         with self._lock:
             wanted = set(prefixes)
-            missing = [p for p in wanted if (self.epoch, self._tag(p)) not in self._by_tag]
-            if missing:
-                self._create_keys(missing)
-            return {p: self.key(self._by_tag[(self.epoch, self._tag(p))]) for p in wanted}
+            if not wanted <= self._current.keys():
+                missing = [p for p in wanted if (self.epoch, self._tag(p)) not in self._by_tag]
+                if missing:
+                    self._create_keys(missing)  # re-indexes: self._current starts empty again
+                if len(self._current) + len(wanted) > CACHE_SIZE:
+                    self._current = {}
+                self._current.update((p, self.key(self._by_tag[(self.epoch, self._tag(p))])) for p in wanted)
+            current = self._current
+            return {p: current[p] for p in wanted}
 
     def key(self, key_id: int) -> DataKey:
         """The data key a value names.
@@ -228,7 +234,7 @@ class StreamKeys:
         publish); the same layout as `seal_batch`, a None payload stays None."""
         prefixes = [key_prefix(s, self.key_tokens) for s in subjects] if self.key_tokens else [""] * len(subjects)
         keys = self.data_keys(set(prefixes))
-        nonces = self._nonces.take(len(payloads)).tobytes()
+        nonces = self._nonces.take_bytes(len(payloads))
         out: list[bytes | None] = []
         for i, (seq, subject, prefix, payload) in enumerate(zip(seqs, subjects, prefixes, payloads)):
             if payload is None:
@@ -263,6 +269,7 @@ class StreamKeys:
             self._cache.clear()
             self._state = StreamFile(epoch=self._state.epoch)
             self._by_tag.clear()
+            self._current = {}
             self._hasher = None
             self._config_cipher = None
 
@@ -364,4 +371,5 @@ class StreamKeys:
                                          self.stream_id, start)
 
     def _index(self) -> None:
+        self._current = {}
         self._by_tag = {(r.epoch, r.tag): r.key_id for r in self._state.keys.values() if r.purpose == DATA}
