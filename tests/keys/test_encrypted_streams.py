@@ -158,6 +158,26 @@ def test_a_corrupted_header_value_is_reported_for_its_message_only(
         js.get_message("ORDERS", 3)
 
 
+def test_cached_row_groups_keep_their_values_sealed(boxed: list[JetStream], warehouse: Path,
+                                                    clock: ManualClock) -> None:
+    js = boxed[0]
+    publish_markers(js)
+    js.flusher.flush()
+    js.close()
+    boxed[0] = js = open_engine(warehouse, clock)  # reads come from the table's row groups
+    assert_reads_plaintext(js)  # point reads, then a window read ahead
+    js.add_consumer("ORDERS", {"durable_name": "C", "ack_policy": "explicit"})
+    delivered = js.fetch("ORDERS", "C", 10)
+    assert [d.msg.data.split(b" ")[-1] for d in delivered] == [b"1", b"2", b"3", b"4", b"5", b"0", b"1", b"2"]
+    assert delivered[4].msg.headers == {"Nats-Msg-Id": ["id-5"], "X-Secret": [MARKER.decode() + " header 5"]}
+    reads = js.stream("ORDERS").store.reads
+    windows = reads._row_groups.windows()
+    assert windows and any(window.listed for window in windows)
+    held = [value for window in windows for name in ("subject", "data", "headers")
+            for value in window.table.column(name).to_pylist() if value]
+    assert len(held) >= 8 * 2 + 5 and not any(MARKER in (v if isinstance(v, bytes) else v.encode()) for v in held)
+
+
 def _flip_a_byte_of(table: Path, seq: int, column: str = "data") -> Path:
     """Rewrites the data file holding `seq` with one ciphertext byte of that message's `column` flipped."""
     for path in table.rglob("*.parquet"):
