@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 from tests.groups import ENV, GROUPS, SHORT_JVM, SHORT_JVM_OPTIONS  # noqa: E402
 
 NO_TESTS = 5
+SLOWEST = 5  # each group's slowest tests are printed with its line, to keep the groups balanced
 
 
 def main(args: list[str]) -> int:
@@ -46,6 +47,8 @@ def main(args: list[str]) -> int:
             passed = code in (0, NO_TESTS)
             print(f"test: {group} {'passed' if passed else f'FAILED ({code})'} after "
                   f"{time.monotonic() - started:.0f} s: {_summary(log)}", flush=True)
+            for line in _slowest(log):
+                print(f"test:   {group} {line}", flush=True)
             if not passed:
                 failed.append((group, code))
         time.sleep(1)
@@ -59,7 +62,7 @@ def _start(group: str, args: list[str], scratch: Path) -> tuple[subprocess.Popen
     env = {**os.environ, ENV: group, "PYTHONPATH": _pythonpath()}
     if "JAVA_TOOL_OPTIONS" not in env:
         env["JAVA_TOOL_OPTIONS"] = env[SHORT_JVM] = SHORT_JVM_OPTIONS
-    command = [sys.executable, "-m", "pytest", "-q", f"--basetemp={scratch / group}", *args]
+    command = [sys.executable, "-m", "pytest", "-q", f"--durations={SLOWEST}", f"--basetemp={scratch / group}", *args]
     with log.open("wb") as out:
         return subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT), log
 
@@ -73,6 +76,15 @@ def _summary(log: Path) -> str:
     """pytest's last line (`N passed, M failed in S s`)."""
     lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
     return lines[-1].strip("= ") if lines else "(no output)"
+
+
+def _slowest(log: Path) -> list[str]:
+    """The `--durations` lines of a group's log (`12.34s call tests/…::test_x`)."""
+    lines = log.read_text(errors="replace").splitlines()
+    heads = [i for i, line in enumerate(lines) if "slowest" in line and "durations" in line]
+    if not heads:
+        return []
+    return [line.strip() for line in lines[heads[-1] + 1:heads[-1] + 1 + SLOWEST] if line.strip()[:1].isdigit()]
 
 
 if __name__ == "__main__":

@@ -21,9 +21,9 @@ _TESTS = Path(__file__).parent
 _SERVER_PATHS = ("faults", "nats", "test_scale.py", "test_s3_server.py", "test_gateway_on_s3.py",
                  "test_wal_object.py", "test_gateways.py", "test_workers.py", "engine/test_restart_on_s3.py", "engine/test_delta_on_s3.py",
                  "engine/test_object_log.py")
-# Spark jobs against the S3 server (and a standalone cluster): mostly waiting on JVM starts and the
-# store, so they run beside the jobs group rather than lengthening it.
-_S3_JOB_PATHS = ("jobs/test_jobs_on_s3.py", "jobs/test_cluster_on_s3.py")
+# Spark jobs against the S3 server: mostly waiting on JVM starts and the store, so they run beside the
+# jobs group rather than lengthening it (the standalone cluster on S3 stays in `jobs`, which is shorter).
+_S3_JOB_PATHS = ("jobs/test_jobs_on_s3.py",)
 
 
 def group_of(item: pytest.Item) -> str:
