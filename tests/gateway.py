@@ -101,3 +101,18 @@ class Gateway:
             self.proc.kill()
             self.proc.wait(timeout=10)
         self.proc = None
+
+
+def wait_for_workers(url: str, proc: subprocess.Popen[bytes], members: int, timeout: float = 120.0) -> dict[str, str]:
+    """Waits until `jetlake serve --workers` (process `proc`) at `url` lists `members` gateways: their http by id."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"the supervisor exited with {proc.returncode}"
+        try:
+            answer = httpx.get(f"{url}/v1/cluster", timeout=1.0)
+            if answer.status_code == 200 and len(answer.json()["gateways"]) == members:
+                return {g["id"]: g["http"] for g in answer.json()["gateways"]}
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"{members} workers did not come up")

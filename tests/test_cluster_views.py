@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from api.http import binary_batch
-from tests.gateway import JETLAKE, free_port
+from tests.gateway import JETLAKE, free_port, wait_for_workers
 
 
 @dataclass
@@ -25,20 +25,6 @@ class Cluster:
     url: str  # the shared port
     warehouse: Path
     gateways: dict[str, str]  # member id -> its own HTTP address
-
-
-def _wait_for(url: str, proc: subprocess.Popen[bytes], members: int, timeout: float = 120.0) -> dict[str, str]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"the supervisor exited with {proc.returncode}"
-        try:
-            answer = httpx.get(f"{url}/v1/cluster", timeout=1.0)
-            if answer.status_code == 200 and len(answer.json()["gateways"]) == members:
-                return {g["id"]: g["http"] for g in answer.json()["gateways"]}
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"{members} workers did not come up")
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +36,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         proc = subprocess.Popen([str(JETLAKE), "serve", "--warehouse", str(root / "warehouse"), "--port", str(port),
                                  "--workers", "2", "--no-scheduler"], stdout=log, stderr=subprocess.STDOUT)
         try:
-            yield Cluster(url, root / "warehouse", _wait_for(url, proc, 2))
+            yield Cluster(url, root / "warehouse", wait_for_workers(url, proc, 2))
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)

@@ -14,23 +14,9 @@ from pathlib import Path
 
 import httpx
 
-from tests.gateway import JETLAKE, free_port
+from tests.gateway import JETLAKE, free_port, wait_for_workers
 
 STREAMS = [f"W{i}" for i in range(6)]
-
-
-def _wait_for(url: str, proc: subprocess.Popen[bytes], members: int, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"the supervisor exited with {proc.returncode}"
-        try:
-            answer = httpx.get(f"{url}/v1/cluster", timeout=1.0)
-            if answer.status_code == 200 and len(answer.json()["gateways"]) == members:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"{members} workers did not come up")
 
 
 def test_two_workers_share_one_port_and_one_warehouse(tmp_path: Path) -> None:
@@ -40,7 +26,7 @@ def test_two_workers_share_one_port_and_one_warehouse(tmp_path: Path) -> None:
     proc = subprocess.Popen([str(JETLAKE), "serve", "--warehouse", str(tmp_path / "warehouse"), "--port", str(port),
                              "--workers", "2", "--no-scheduler"], stdout=log, stderr=subprocess.STDOUT)
     try:
-        _wait_for(url, proc, 2)
+        wait_for_workers(url, proc, 2)
         sent: dict[str, list[bytes]] = {s: [] for s in STREAMS}
         with httpx.Client(base_url=url, timeout=30.0) as c:
             gateways = c.get("/v1/cluster").json()["gateways"]

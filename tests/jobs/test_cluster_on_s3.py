@@ -26,7 +26,6 @@ from tests.jobs.test_jobs_on_s3 import (
     jetlake,
     lease,
     publish,
-    s3a_available,  # noqa: F401 - a fixture
     table_rows,
     wait_until,
 )
@@ -37,7 +36,7 @@ pytestmark = pytest.mark.spark
 
 
 def test_retention_erasure_and_compaction_run_on_a_standalone_cluster_against_s3(
-    s3a_available: None, s3_server: S3Server, tmp_path: Path  # noqa: F811
+    s3a_available: None, s3_server: S3Server, tmp_path: Path
 ) -> None:
     warehouse = s3_server.warehouse()
     layout = Layout(WarehouseLocation.parse(warehouse, s3_server.env))

@@ -34,7 +34,6 @@ from deltalake import DeltaTable
 from engine.store.layout import Layout
 from engine.store.leases import LeaseRecord
 from engine.store.objectstore import ObjectStore, WarehouseLocation
-from jobs.spark import s3a_jars
 from tests.gateway import JETLAKE, Gateway
 from tests.residue import find_residue_in_objects, needles_for
 from tests.s3 import BUCKET, S3Server
@@ -43,14 +42,6 @@ pytestmark = pytest.mark.spark
 
 STREAM = "ORDERS"
 JOB_TIMEOUT = 600.0
-
-
-@pytest.fixture
-def s3a_available() -> None:
-    try:
-        s3a_jars()
-    except FileNotFoundError as exc:
-        pytest.skip(f"Spark's S3A jars are not installed ({exc})")
 
 
 def spark_env(s3: S3Server) -> dict[str, str]:

@@ -17,19 +17,10 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from jobs.spark import s3a_jars
 from tests.s3 import S3Server
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "default/streams/ORDERS"
-
-
-@pytest.fixture
-def s3a_available() -> None:
-    try:
-        s3a_jars()
-    except FileNotFoundError as exc:
-        pytest.skip(f"Spark's S3A jars are not installed ({exc})")
 
 
 @pytest.mark.spark
