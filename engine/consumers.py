@@ -90,10 +90,9 @@ class Consumers:
         acks = AckStore(self.layout, self._sync_always, self._backlog, lease, scope=stream.name)
         acks.create()
         histories = acks.recover()
-        prefix = self.layout.consumer_configs_key(stream.name)
-        keys = [m.key for m in self.layout.objects.list(prefix) if m.key.endswith(".json")]
+        folder = self.layout.consumer_configs_key(stream.name)
         self._scoped[stream.name] = acks
-        self._restore(stream, keys, histories)
+        self._restore(stream, self._config_keys(folder).get(folder, []), histories)
 
     def close_stream(self, stream: Stream, flush: bool = True) -> None:
         """A stream handed over (scoped mode): its events committed (`flush`), its store closed."""
@@ -253,11 +252,11 @@ class Consumers:
         }
         self.layout.objects.put(self._config_key(consumer.stream.name, consumer.name), orjson.dumps(record))
 
-    def _config_keys(self) -> dict[str, list[str]]:
-        """Every consumer config of the account by its stream's folder key, in name order: one listing
-        of the store for the whole account (a restart of many streams asks once, not once per stream)."""
+    def _config_keys(self, under: str | None = None) -> dict[str, list[str]]:
+        """Every consumer config of the account (or `under` one stream's folder) by its stream's folder key,
+        in name order: one listing of the store (a restart of many streams asks once, not once per stream)."""
         found: dict[str, list[str]] = {}
-        for meta in self.layout.objects.list(self.layout.consumer_configs_root_key):
+        for meta in self.layout.objects.list(under or self.layout.consumer_configs_root_key):
             folder, _, name = meta.key.rpartition("/")
             if name.endswith(".json"):
                 found.setdefault(folder, []).append(meta.key)

@@ -784,8 +784,8 @@ def _check_available(stream: Stream) -> None:
 
 
 def _stream_lease(stream: Stream) -> Lease | None:
-    """The lease fencing a stream's own log (several gateways); None when the warehouse's lease does."""
-    return getattr(getattr(stream.store, "wal", None), "lease", None)
+    """The stream's own lease (several gateways); None when the warehouse's lease fences its log."""
+    return getattr(stream.store, "fence_lease", None)
 
 
 def _key_tokens(stream: Stream) -> int | None:

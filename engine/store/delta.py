@@ -164,7 +164,7 @@ class DeltaStore:
         self.layout = layout
         # `stream_lease`: `log_lease` is the stream's own (several gateways), and its token fences the
         # stream's table commits too (a deposed owner's flush is refused by the table).
-        self._fence_lease = log_lease if stream_lease else None
+        self.fence_lease = log_lease if stream_lease else None
         self.stream = stream
         self.stream_id = stream_id
         keyed = sealer.keys.subject_hasher() if sealer is not None and sealer.protected else None
@@ -371,7 +371,7 @@ class DeltaStore:
                     lambda done: messages.filter(pc.greater(messages.column("seq"), done)) if done else messages,
                     self.stream_id, job.last_msg_seq, partition_by=[PARTITION_COLUMN],
                     writer_properties=_writer_properties,
-                    fence=None if self._fence_lease is None else (FENCE_APP_ID, self._fence_lease.fence()),
+                    fence=None if self.fence_lease is None else (FENCE_APP_ID, self.fence_lease.fence()),
                 )
             job.messages_committed = True
             self.commits += 1
@@ -452,8 +452,7 @@ class DeltaStore:
         if subject is None and resident:
             subject = index.subject_of(seq)
         try:
-            known = subject
-            return self.reads.message(seq, (lambda: known) if known is not None else (lambda: index.subject_of(seq)))
+            return self.reads.message(seq, lambda: subject if subject is not None else index.subject_of(seq))
         except KeyError:  # the block's detail holds no row `seq`: never stored (a gap)
             return None
 
