@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from engine import JetStreamError
@@ -29,13 +30,36 @@ class Fetcher:
     def __init__(self, engine: JetStream) -> None:
         self.engine = engine
         self.waiters: Waiters
+        self._in_flight: dict[tuple[str, str], asyncio.Future[list[Delivery]]] = {}
 
     async def fetch(self, stream: str, consumer: str, batch: int, max_bytes: int) -> list[Delivery]:
-        """On the loop when the engine needs no waiting, else in a worker thread."""
+        """On the loop when the engine needs no waiting, else in a worker thread (see `after_delivery`)."""
         got = self.engine.fetch_nowait(stream, consumer, batch, max_bytes)
-        if got is None:
-            got = await asyncio.get_running_loop().run_in_executor(None, self.engine.fetch, stream, consumer, batch, max_bytes)
-        return got
+        if got is not None:
+            return got
+        future = asyncio.get_running_loop().run_in_executor(None, self.engine.fetch, stream, consumer, batch, max_bytes)
+        key = (stream, consumer)
+        self._in_flight[key] = future
+        try:
+            return await future
+        finally:
+            if self._in_flight.get(key) is future:
+                del self._in_flight[key]
+
+    def after_delivery(self, stream: str, consumer: str, answer: Callable[[], None]) -> None:
+        """Runs `answer` once the consumer's threaded fetch, if one runs, has been sent.
+
+        A threaded fetch counts its messages as delivered before they are on the wire, while
+        nats-server counts them when they are in the client's buffer: a consumer info must not answer
+        `num_pending: 0` ahead of them on the same connection (nats.py's KV watcher ends its initial
+        values on that answer). The fetching task is woken before this callback runs, and frames and
+        sends what it took without yielding.
+        """
+        future = self._in_flight.get((stream, consumer))
+        if future is None or future.done():
+            answer()
+        else:
+            future.add_done_callback(lambda _f: answer())
 
     async def wait(self, stream: str, timeout: float) -> None:
         await self.waiters.wait(stream, timeout)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -178,6 +179,9 @@ class JetStreamApi:
                 kind, handler = route
                 if threaded:
                     self._answer_in_thread(reply, kind, handler, tokens, payload)
+                elif handler == self._consumer_info and len(tokens) == 4:
+                    answer = functools.partial(self._answer, reply, kind, handler, tokens, payload)
+                    self.fetcher.after_delivery(tokens[2], tokens[3], answer)
                 else:
                     self._answer(reply, kind, handler, tokens, payload)
                 return True
