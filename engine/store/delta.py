@@ -478,14 +478,14 @@ class DeltaStore:
         return found
 
     def _load_many(self, seqs: list[int], index: MessageIndex) -> dict[int, StoredMessage]:
-        found: dict[int, StoredMessage] = {}
-        misses: list[int] = []
         live = index.live_mask(np.array(seqs, np.int64)).tolist()
-        buffered, windowed = self.buffer.get, self.reads.windowed
-        for seq, ok in zip(seqs, live):
-            if not ok:
-                continue
-            msg = buffered(seq) or windowed(seq)
+        found, rest = self.buffer.get_many([seq for seq, ok in zip(seqs, live) if ok])
+        if not rest:
+            return found
+        misses: list[int] = []
+        windowed = self.reads.windowed
+        for seq in rest:
+            msg = windowed(seq)
             if msg is None:
                 misses.append(seq)
             else:
@@ -501,7 +501,7 @@ class DeltaStore:
                 if msg is not None:
                     found[misses[i]] = msg
                 i += 1
-        return found
+        return {seq: found[seq] for seq in seqs if seq in found}  # in sequence order, as asked
 
     @staticmethod
     def _window_end(lo: int, hi: int, index: MessageIndex) -> int:

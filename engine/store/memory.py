@@ -40,6 +40,26 @@ class MessageBuffer:
             return None
         return rows.message(row)
 
+    def get_many(self, seqs: list[int]) -> tuple[dict[int, StoredMessage], list[int]]:
+        """`get` of ascending sequences: (those found, those not here), one lookup per row group."""
+        found: dict[int, StoredMessage] = {}
+        missing: list[int] = []
+        firsts, i, n = self._firsts, 0, len(seqs)
+        while i < n:
+            seq = seqs[i]
+            g = bisect.bisect_right(firsts, seq) - 1
+            rows = self._batches[g] if g >= 0 else None
+            end = firsts[g] + len(rows) if rows is not None else 0  # one past the group's last
+            if rows is None or seq >= end:
+                missing.append(seq)
+                i += 1
+                continue
+            j = bisect.bisect_left(seqs, end, i)
+            first = firsts[g]
+            found.update(zip(seqs[i:j], rows.messages([s - first for s in seqs[i:j]])))
+            i = j
+        return found, missing
+
     def unflushed(self) -> list[RowGroup]:
         """Row groups not yet in the table (flushes take whole groups)."""
         return self._batches[bisect.bisect_right(self._firsts, self.flushed_upto) :]

@@ -70,6 +70,9 @@ class Rows:
             self.subjects[row], self.first_seq + row, self.ts[row], self.data[row], self.headers[row], self.msg_ids[row]
         )
 
+    def messages(self, rows: list[int]) -> list[StoredMessage]:
+        return [self.message(row) for row in rows]
+
     def to_arrow(self) -> pa.RecordBatch:
         if self._arrow is None:
             n = len(self.subjects)
@@ -161,15 +164,26 @@ class ArrowRows:
             headers = dict(self._arrow.column("headers")[row].as_py() or ()) or None
         return StoredMessage(self.subjects[row], self.first_seq + row, self.ts[row], self._payload(row), headers, msg_id)
 
-    def _payload(self, row: int) -> bytes:
-        """One payload copied out of the data buffer: no Arrow scalar, no copy of the others."""
+    def messages(self, rows: list[int]) -> list[StoredMessage]:
+        """`message` of each row: a consumer's batch, without a method call and a column lookup per row."""
+        offsets, view, nullable = self._data()
+        if not self._plain or nullable is not None:
+            return [self.message(row) for row in rows]
+        subjects, ts, first = self.subjects, self.ts, self.first_seq
+        return [StoredMessage(subjects[r], first + r, ts[r], view[offsets[r] : offsets[r + 1]].tobytes()) for r in rows]
+
+    def _data(self) -> tuple[list[int], memoryview, pa.Array | None]:
         if self._offsets is None:
             data = self._arrow.column("data")
             buffers = data.buffers()
             offsets = np.frombuffer(buffers[1], np.int32, len(data) + 1, data.offset * 4).tolist()
             view = memoryview(buffers[2]) if buffers[2] is not None else memoryview(b"")
             self._offsets = (offsets, view, data if data.null_count else None)  # the column is asked only if it has nulls
-        offsets, view, nullable = self._offsets
+        return self._offsets
+
+    def _payload(self, row: int) -> bytes:
+        """One payload copied out of the data buffer: no Arrow scalar, no copy of the others."""
+        offsets, view, nullable = self._data()
         start, end = offsets[row], offsets[row + 1]
         if start == end or (nullable is not None and not nullable[row].is_valid):
             return b""
