@@ -318,6 +318,36 @@ class Consumers:
         self._acked(stream, ticket, naked)
         return results
 
+    def ack_run(self, stream: Stream, name: str, seqs: list[int], kind: str, delay: int = 0) -> list[errors.JetStreamError | None]:
+        """`ack` of stream sequences that share one kind and delay — the acks of one read on the NATS
+        door — as one consumer call and one log append, with no tuple per ack."""
+        with stream.lock:
+            results, ticket = self._ack_run_locked(stream, name, seqs, kind, delay)
+        self._acked(stream, ticket, kind == NAK)
+        return results
+
+    def ack_run_nowait(
+        self, stream: Stream, name: str, seqs: list[int], kind: str, delay: int = 0
+    ) -> list[errors.JetStreamError | None] | None:
+        """`ack_run` when it needs no waiting; None means "call `ack_run`"."""
+        if not self._can_log_now(stream) or not stream.lock.acquire(blocking=False):
+            return None
+        try:
+            results, ticket = self._ack_run_locked(stream, name, seqs, kind, delay)
+        finally:
+            stream.lock.release()
+        self._acked(stream, ticket, kind == NAK)
+        return results
+
+    def _ack_run_locked(
+        self, stream: Stream, name: str, seqs: list[int], kind: str, delay: int
+    ) -> tuple[list[errors.JetStreamError | None], Ticket | None]:
+        consumer = self.get(stream, name)
+        results, events = consumer.ack_many(seqs, kind, delay, self.clock.now_ns())
+        ticket = self.acks_of(stream).enqueue(self._log_items(consumer, events))
+        self._retain(stream, consumer)
+        return results, ticket
+
     def _can_log_now(self, stream: Stream) -> bool:
         acks = self.acks_of(stream)
         return not acks.sync_always and acks.idle

@@ -76,7 +76,9 @@ class Acks:
         body = payload.strip()
         kind, delay, reason, next_request = "ack", 0, "", None
         if not body or body in (b"+ACK", b"+OK"):
-            pass
+            if not reply and not target.config.sample_freq and not target.ack_none:
+                self.writes.plain_ack(conn, stream, consumer, int(seq))  # the bulk of ack traffic
+                return True
         elif body.startswith(_NAK):
             kind, delay = "nak", _nak_delay(body[len(_NAK) :].strip())
             self.advisories.naked(stream, consumer, int(seq), int(delivered))

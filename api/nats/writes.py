@@ -51,11 +51,20 @@ class Ack:
     deliveries: int = 0
 
 
+@dataclass(slots=True)
+class PlainAcks:
+    """Consecutive plain acks (`+ACK`, no reply) of one consumer: a read's worth, kept as sequences."""
+
+    stream: str
+    consumer: str
+    seqs: list[int]
+
+
 class _Queue:
     __slots__ = ("items", "busy", "paused")
 
     def __init__(self) -> None:
-        self.items: list[tuple[InboundMessage, bytes | None] | Ack] = []
+        self.items: list[tuple[InboundMessage, bytes | None] | Ack | PlainAcks] = []
         self.busy = False
         self.paused = False
 
@@ -85,6 +94,15 @@ class Writes:
 
     def ack(self, conn: Client, ack: Ack) -> None:
         self._queue(conn).items.append(ack)
+
+    def plain_ack(self, conn: Client, stream: str, consumer: str, seq: int) -> None:
+        """A `+ACK` without a reply: joins the plain acks of the same consumer just before it."""
+        items = self._queue(conn).items
+        last = items[-1] if items else None
+        if type(last) is PlainAcks and last.consumer == consumer and last.stream == stream:
+            last.seqs.append(seq)
+        else:
+            items.append(PlainAcks(stream, consumer, [seq]))
 
     def forget(self, conn: Client) -> None:
         queue = self._queues.get(conn.cid)
@@ -138,7 +156,16 @@ class Writes:
 
     def _apply_now(self, run: list[Any]) -> bool:
         """Applies a run on the loop if the engine can do it without waiting; False: it needs a thread."""
-        if isinstance(run[0], Ack):
+        first = run[0]
+        if type(first) is PlainAcks:
+            try:
+                if self.engine.ack_run_nowait(first.stream, first.consumer, first.seqs, "ack") is None:
+                    return False
+            except JetStreamError:  # the stream or consumer went meanwhile: no reply was asked for
+                pass
+            self.acks_applied(first.stream, first.consumer)
+            return True
+        if isinstance(first, Ack):
             try:
                 results = self.engine.ack_nowait(run[0].stream, run[0].consumer, [(a.seq, a.kind, a.delay) for a in run])
             except JetStreamError as exc:
@@ -164,7 +191,14 @@ class Writes:
         """In a worker thread: applies the runs in order; returns the answers to send on the loop."""
         answers: list[Any] = []
         for run in runs:
-            if isinstance(run[0], Ack):
+            first = run[0]
+            if type(first) is PlainAcks:
+                try:
+                    self.engine.ack_run(first.stream, first.consumer, first.seqs, "ack")
+                except JetStreamError:
+                    pass
+                answers.append(lambda first=first: self.acks_applied(first.stream, first.consumer))
+            elif isinstance(first, Ack):
                 results = self._ack_blocking(run)
                 answers.append(lambda run=run, results=results: self._answer_acks(run, results))
             else:
@@ -236,11 +270,16 @@ def puback_json(result: PublishResult, subject: str, engine: JetStream) -> bytes
 
 
 def _runs(items: list[Any]) -> list[list[Any]]:
-    """Consecutive publishes, and consecutive acks of one consumer, each a run."""
+    """Consecutive publishes, and consecutive acks of one consumer, each a run; plain acks are one already."""
     runs: list[list[Any]] = []
     last_key: Any = None
     for item in items:
-        key = (item.stream, item.consumer) if type(item) is Ack else None
+        kind = type(item)
+        if kind is PlainAcks:
+            runs.append([item])
+            last_key = item
+            continue
+        key = (item.stream, item.consumer) if kind is Ack else None
         if runs and key == last_key:
             runs[-1].append(item)
         else:

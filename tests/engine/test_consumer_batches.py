@@ -105,3 +105,40 @@ def test_background_flush_defers_deleting_folded_rows(js: JetStream) -> None:
     assert store._folded == {"gone": 10}
     store.flush()
     assert store._folded == {}
+
+
+def test_ack_run_matches_ack_and_is_logged(js: JetStream, clock: ManualClock) -> None:
+    """`ack_run` (one kind for many sequences, the NATS door's plain acks) leaves the state `ack`
+    leaves, reports each sequence's error, and is in the log when it returns (a restart keeps it)."""
+    js.add_stream({"name": "S", "subjects": ["s.>"]})
+    for i in range(200):
+        js.publish_one(f"s.{i % 3}", b"z")
+    for name in ("A", "B"):
+        js.add_consumer("S", {"durable_name": name, "ack_policy": "explicit", "max_ack_pending": -1})
+    got = [d.msg.seq for d in js.fetch("S", "A", 120)]
+    assert got == [d.msg.seq for d in js.fetch("S", "B", 120)]
+    acked = got[:40] + got[50:90]
+    assert js.ack_run("S", "A", acked, "ack") == [None] * len(acked)
+    js.ack("S", "B", [(s, "ack", 0) for s in acked])
+    nowait = js.ack_run_nowait("S", "A", got[90:95], "term")
+    assert nowait is None or nowait == [None] * 5
+    if nowait is None:
+        js.ack_run("S", "A", got[90:95], "term")
+    js.ack("S", "B", [(s, "term", 0) for s in got[90:95]])
+    assert js.ack_run("S", "A", got[40:45], "nak", 5 * MS) == [None] * 5
+    js.ack("S", "B", [(s, "nak", 5 * MS) for s in got[40:45]])
+    assert figures(js, "A") == figures(js, "B")
+    results = js.ack_run("S", "A", [got[0], 10_000, got[100]], "ack")
+    assert [r is None for r in results] == [False, False, True]
+    assert "already acknowledged" in results[0].description
+    js.ack("S", "B", [(got[100], "ack", 0)])
+    want = figures(js, "A")
+    assert want == figures(js, "B")
+    clock.advance(6 * MS)
+    assert sorted(d.msg.seq for d in js.fetch("S", "A", 5)) == got[40:45]  # the naked ones, after their delay
+    want = figures(js, "A")
+    again = reopen(js, clock)
+    try:
+        assert figures(again, "A") == want
+    finally:
+        again.close()
