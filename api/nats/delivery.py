@@ -84,10 +84,17 @@ def send_deliveries(
     sid, takes_headers = sub.sid, sub.conn.headers
     parts: list[bytes] = []
     add = parts.append
+    heads: dict[str, bytes] = {}  # `MSG <subject> <sid> <ack prefix>` per subject: a batch has few
     for d in deliveries:
         msg = d.msg
         stored = msg.headers if not extra else (msg.headers or {}) | extra
-        if stored and takes_headers:
+        if not stored:
+            head = heads.get(msg.subject)
+            if head is None:
+                head = heads[msg.subject] = b"MSG %b %b %b" % (msg.subject.encode(), sid, prefix)
+            add(b"%b%d.%d.%d.%d.%d %d\r\n" % (
+                head, d.num_delivered, msg.seq, d.consumer_seq, msg.ts, d.num_pending, len(msg.data)))
+        elif takes_headers:
             hdr = p.encode_headers(stored)
             size = len(hdr)
             add(b"HMSG %b %b %b%d.%d.%d.%d.%d %d %d\r\n" % (

@@ -146,7 +146,8 @@ class ArrowRows:
     @property
     def ts(self) -> list[int]:
         if self._ts is None:
-            self._ts = (self._arrow.column("ts").cast(pa.int64()).to_numpy() * 1000).tolist()
+            # a view, not a cast: the column is never null, and a cast costs a compute call per group
+            self._ts = (self._arrow.column("ts").view(pa.int64()).to_numpy() * 1000).tolist()
         return self._ts
 
     @property
