@@ -318,7 +318,9 @@ class Consumers:
         self._acked(stream, ticket, naked)
         return results
 
-    def ack_run(self, stream: Stream, name: str, seqs: list[int], kind: str, delay: int = 0) -> list[errors.JetStreamError | None]:
+    def ack_run(
+        self, stream: Stream, name: str, seqs: list[int], kind: str, delay: int = 0
+    ) -> list[errors.JetStreamError | None]:
         """`ack` of stream sequences that share one kind and delay — the acks of one read on the NATS
         door — as one consumer call and one log append, with no tuple per ack."""
         with stream.lock:

@@ -702,11 +702,15 @@ class JetStream:
         """`ack` if it needs no waiting; None means "use `ack`"."""
         return self.consumers.ack_nowait(self._stream(stream), consumer, acks)
 
-    def ack_run(self, stream: str, consumer: str, seqs: list[int], kind: str, delay: int = 0) -> list[JetStreamError | None]:
+    def ack_run(
+        self, stream: str, consumer: str, seqs: list[int], kind: str, delay: int = 0
+    ) -> list[JetStreamError | None]:
         """`ack` of stream sequences sharing one kind and delay, in order: one result per sequence."""
         return self.consumers.ack_run(self._stream(stream), consumer, seqs, kind, delay)
 
-    def ack_run_nowait(self, stream: str, consumer: str, seqs: list[int], kind: str, delay: int = 0) -> list[JetStreamError | None] | None:
+    def ack_run_nowait(
+        self, stream: str, consumer: str, seqs: list[int], kind: str, delay: int = 0
+    ) -> list[JetStreamError | None] | None:
         """`ack_run` if it needs no waiting; None means "use `ack_run`"."""
         return self.consumers.ack_run_nowait(self._stream(stream), consumer, seqs, kind, delay)
 

@@ -174,6 +174,7 @@ class ArrowRows:
         return [StoredMessage(subjects[r], first + r, ts[r], view[offsets[r] : offsets[r + 1]].tobytes()) for r in rows]
 
     def _data(self) -> tuple[list[int], memoryview, pa.Array | None]:
+        """The data column as (offsets, bytes, the column if it has nulls), made once per group."""
         if self._offsets is None:
             data = self._arrow.column("data")
             buffers = data.buffers()

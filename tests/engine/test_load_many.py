@@ -22,7 +22,8 @@ def one_by_one(js: JetStream, seqs: list[int]) -> dict[int, object]:
 def test_load_many_matches_single_loads(js: JetStream) -> None:
     js.add_stream({"name": "S", "subjects": ["s.>"]})
     for size in (3, 1, 7):
-        js.publish_batch(PlainBatch([f"s.{i}" for i in range(size)], pa.array([b"p%d" % i for i in range(size)], pa.binary())))
+        payloads = pa.array([b"p%d" % i for i in range(size)], pa.binary())
+        js.publish_batch(PlainBatch([f"s.{i}" for i in range(size)], payloads))
     js.publish_one("s.h", b"with headers", {"K": ["v"]})
     js.publish_batch(PlainBatch(["s.a", "s.b"], pa.array([b"", b"last"], pa.binary())))
     last = js.stream("S").index.last_seq
