@@ -106,6 +106,21 @@ def proc_cpu_s(pid: int | None) -> float | None:
         return None
 
 
+def settle(pid: int | None, idle_share: float = 0.05, window: float = 0.5, limit: float = 60.0) -> float:
+    """Waits until the process uses under `idle_share` of a core over `window` seconds (at most `limit`
+    seconds): the background work a run left behind (a flush, a compaction) ends before the next run
+    starts and is counted in this run's CPU. Returns the seconds waited."""
+    started = time.monotonic()
+    last = proc_cpu_s(pid)
+    while last is not None and time.monotonic() - started < limit:
+        time.sleep(window)
+        now = proc_cpu_s(pid)
+        if now is None or now - last < idle_share * window:
+            break
+        last = now
+    return round(time.monotonic() - started, 2)
+
+
 def stop_process(p: subprocess.Popen | None, name: str, grace: float = 15.0) -> None:
     """Terminate a process we started (by its PID), wait, kill if needed. It was started in its own
     session, so its process group id is its PID: while the exited leader is still unreaped (a zombie,

@@ -8,6 +8,8 @@ Both servers get the same stream (`benchstream` on `benchsubject`: file storage,
     js fetch --batch 500             the messages published above, durable consumer, explicit acks
     kv put / kv get                  128 B values, sync: P50 latency and rate
 
+Each run ends when its server is idle again (`settle_s`): the background work a run leaves behind
+(JetLake's flush of what it stored) is counted in that run's server CPU, not in the next run's time.
 Prints one JSON line: each figure for nats-server and JetLake and their ratio (JetLake / nats-server;
 for latencies a ratio above 1 means JetLake is slower). `--profile` runs the JetLake gateway under
 py-spy (if installed) and writes a flame graph per run beside the logs. Everything listens on
@@ -33,7 +35,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
-    HOST, find_nats_server, free_port, log, proc_cpu_s, ratio, set_log_name, start_gateway, start_nats, stop_process,
+    HOST, find_nats_server, free_port, log, proc_cpu_s, ratio, set_log_name, settle, start_gateway, start_nats,
+    stop_process,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,7 +104,9 @@ def measure(
     name: str, cli: str, url: str, work: Path, runs: list[tuple[str, list[str]]], timeout: float, pid: int
 ) -> dict[str, dict[str, float]]:
     """Each run's figures, plus the server's CPU time per message (user + system, from /proc): what the
-    server itself spent, whatever else the machine was doing."""
+    server itself spent, whatever else the machine was doing, including the background work the run
+    left behind (JetLake's flush of what it stored, nats-server's block writes): each run ends when
+    its server is idle again (`settle_s`), so no run pays for the one before."""
     asyncio.run(_create_stream(url))
     home = work / f"home-{name}"
     home.mkdir(exist_ok=True)
@@ -109,6 +114,7 @@ def measure(
     for label, args in runs:
         before = proc_cpu_s(pid)
         out[label] = run_bench(cli, url, home, args, work / f"{name}-{label}.csv", timeout)
+        out[label]["settle_s"] = settle(pid)
         after = proc_cpu_s(pid)
         count = int(args[args.index("--msgs") + 1])
         if before is not None and after is not None:
