@@ -99,31 +99,50 @@ class Detail:
 
 
 class _Hist:
-    """Live messages per subject in one block: a dict while the block is written, arrays after."""
+    """Live messages per subject in one block: a dict while the block is written, sorted arrays after.
+
+    Only the block being written holds the dict (~100 B a subject); a closed block's pairs cost 8 B
+    (int32 subject id, int32 count: a block holds far fewer than 2**31 messages). A closed block that
+    gains messages (a batch straddling two blocks, rows appended after a restart) merges them into its
+    arrays and stays closed: reopening every block a batch crossed once left each block's histogram a
+    dict for good, ~90 B a message with a million distinct subjects."""
 
     __slots__ = ("open", "sids", "counts")
 
     def __init__(self) -> None:
         self.open: dict[int, int] | None = {}
         self.sids = np.zeros(0, np.int32)
-        self.counts = np.zeros(0, np.int64)
+        self.counts = np.zeros(0, np.int32)
 
     def close(self) -> None:
         if self.open is not None:
-            items = sorted(self.open.items())
-            self.sids = np.array([k for k, _ in items], np.int32)
-            self.counts = np.array([v for _, v in items], np.int64)
+            sids = np.fromiter(self.open.keys(), np.int32, len(self.open))
+            counts = np.fromiter(self.open.values(), np.int32, len(self.open))
+            order = np.argsort(sids, kind="stable")
+            self.sids, self.counts = sids[order], counts[order]
             self.open = None
+
+    def reopen(self) -> None:
+        """The block is written again (the last block, after a restart): back to a dict."""
+        if self.open is None:
+            self.open = dict(zip(self.sids.tolist(), self.counts.tolist(), strict=True))
 
     def add(self, sids: np.ndarray, counts: np.ndarray) -> None:
         if self.open is None:
-            self.open = dict(zip(self.sids.tolist(), self.counts.tolist(), strict=True))
+            self._merge(sids, counts)
+            return
         for sid, count in zip(sids.tolist(), counts.tolist(), strict=True):
             self.open[sid] = self.open.get(sid, 0) + count
 
+    def _merge(self, sids: np.ndarray, counts: np.ndarray) -> None:
+        merged, at = np.unique(np.concatenate((self.sids, np.asarray(sids, np.int32))), return_inverse=True)
+        totals = np.zeros(len(merged), np.int32)
+        np.add.at(totals, at, np.concatenate((self.counts, np.asarray(counts, np.int32))))
+        self.sids, self.counts = merged.astype(np.int32), totals
+
     def add_one(self, sid: int) -> None:
         if self.open is None:
-            self.add(np.array([sid], np.int32), np.array([1], np.int64))
+            self._merge(np.array([sid], np.int32), np.array([1], np.int32))
         else:
             self.open[sid] = self.open.get(sid, 0) + 1
 
@@ -136,7 +155,7 @@ class _Hist:
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         if self.open is not None:
-            return np.fromiter(self.open.keys(), np.int32, len(self.open)), np.fromiter(self.open.values(), np.int64, len(self.open))
+            return np.fromiter(self.open.keys(), np.int32, len(self.open)), np.fromiter(self.open.values(), np.int32, len(self.open))
         return self.sids, self.counts
 
     def count(self, sid: int) -> int:
@@ -215,6 +234,13 @@ class MessageIndex:
         for hist in self._hist[-1:]:
             hist.close()
         self._hist.extend(_Hist() for _ in range(grow))
+
+    def _written_hist(self, slot: int) -> _Hist:
+        """The histogram an append adds to: only the last block's is a dict (see _Hist)."""
+        hist = self._hist[slot]
+        if hist.open is None and slot == len(self._hist) - 1:
+            hist.reopen()
+        return hist
 
     def _detail(self, block: int) -> Detail:
         found = self._pinned.get(block)
@@ -308,7 +334,7 @@ class MessageIndex:
         if detail.n == 1:
             self._first_ts[slot] = ts
         self._last_ts[slot] = ts
-        self._hist[slot].add_one(sid)
+        self._written_hist(slot).add_one(sid)
         table = self.subjects
         if table.msgs[sid] == 0:
             table.first[sid] = seq
@@ -372,7 +398,7 @@ class MessageIndex:
                 self._first_ts[slot] = int(ts[part][0])
             self._last_ts[slot] = int(ts[part][-1])
             unique, counts = _counted(sids[part])
-            self._hist[slot].add(unique, counts)
+            self._written_hist(slot).add(unique, counts)
         self._count_subjects(sids, seqs)
         self.msgs += len(seqs)
         self.bytes += int(sizes.sum())
@@ -952,7 +978,7 @@ class MessageIndex:
             "block_last_ts": self._last_ts.copy(),
             "hist_offsets": np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
             "hist_sids": np.concatenate([s for s, _ in hists]).astype(np.int32) if hists else np.zeros(0, np.int32),
-            "hist_counts": np.concatenate([c for _, c in hists]).astype(np.int64) if hists else np.zeros(0, np.int64),
+            "hist_counts": np.concatenate([c for _, c in hists]).astype(np.int32) if hists else np.zeros(0, np.int32),
             "removed_starts": starts,
             "removed_ends": ends,
             **self.subjects.to_arrays(),
@@ -968,7 +994,8 @@ class MessageIndex:
         index._bytes = arrays["block_bytes"].astype(np.int64)
         index._first_ts = arrays["block_first_ts"].astype(np.int64)
         index._last_ts = arrays["block_last_ts"].astype(np.int64)
-        offsets, sids, counts = arrays["hist_offsets"], arrays["hist_sids"], arrays["hist_counts"]
+        offsets = arrays["hist_offsets"]
+        sids, counts = arrays["hist_sids"].astype(np.int32), arrays["hist_counts"].astype(np.int32)
         index._hist = []
         for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True):
             hist = _Hist()
