@@ -50,7 +50,14 @@ from engine.store.objectstore import WarehouseLocation
 from engine.store.tombstones import TombstoneView
 from engine.messages import DEFAULT_MAX_PAYLOAD, InboundMessage, PlainBatch, PublishAnswer, PublishResult
 from engine.stream import SUBJECTS_PAGE, Stream
-from engine.subjects import is_valid_publish_subject, is_valid_subject, subject_matches, subjects_collide
+from engine.subjects import (
+    is_valid_publish_subject,
+    is_valid_subject,
+    matches_mask,
+    subject_matches,
+    subjects_collide,
+    valid_publish_mask,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +66,7 @@ DEFAULT_FLUSH_BYTES = 128 * 1024 * 1024
 LOAD_THREADS = 4  # streams recovered at once at start
 LOAD_PARALLEL_FROM = 16  # fewer streams are recovered one by one
 API_LEVEL = 1
+_ROUTE_AS_COLUMN = 32  # a batch of more distinct subjects is routed and validated as a column
 
 
 @dataclass
@@ -622,9 +630,23 @@ class JetStream:
         return out
 
     def _plain_entry(self, batch: PlainBatch) -> _Entry | None:
-        """The one stream every subject of a batch goes to; None if there are several, none or a bad subject."""
+        """The one stream every subject of a batch goes to; None if there are several, none or a bad subject.
+
+        A batch of many distinct subjects is checked as a column: the stream of its first subject must
+        capture all of them (streams' subjects never overlap, so no other stream can), and all must be
+        valid literal subjects. One subject at a time, a million distinct subjects cost ~20 µs each in
+        validation, routing and their caches."""
+        distinct = set(batch.subjects)
+        if len(distinct) > _ROUTE_AS_COLUMN:
+            first = batch.subjects[0]
+            entry = self._entry_for_subject(first) if is_valid_publish_subject(first) else None
+            if entry is None:
+                return None
+            column = batch.subject_column()
+            captured = matches_mask(list(entry.stream.config.subjects or []), column)
+            return entry if bool((captured & valid_publish_mask(column)).all()) else None
         found: _Entry | None = None
-        for subject in set(batch.subjects):
+        for subject in distinct:
             entry = self._entry_for_subject(subject) if is_valid_publish_subject(subject) else None
             if entry is None or (found is not None and entry is not found):
                 return None

@@ -7,7 +7,7 @@ with one `AckRun`. Counterpart: the PubAck of server/stream.go.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -51,9 +51,16 @@ class PlainBatch:
 
     subjects: list[str]
     data: pa.BinaryArray
+    _subject_column: pa.StringArray | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.subjects)
+
+    def subject_column(self) -> pa.StringArray:
+        """The subjects as one Arrow string column (made once: routing checks it, the table stores it)."""
+        if self._subject_column is None:
+            self._subject_column = pa.array(self.subjects, pa.string())
+        return self._subject_column
 
     def lengths(self) -> np.ndarray:
         """Payload lengths from the array's offsets, without touching a payload."""

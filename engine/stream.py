@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from engine import errors, headers as hdr
 from engine.accounts.limits import account_resources_exceeded
@@ -303,22 +304,21 @@ class Stream:
         first = ix.last_seq + 1
         if count:
             ts = max(now, ix.last_ts)
-            subject_lengths = {s: len(s) for s in set(subjects)}
-            if len(subject_lengths) == 1:
-                (subject, length), = subject_lengths.items()
-                sizes = lengths + (length + STORE_OVERHEAD)
+            distinct = set(subjects)
+            if len(distinct) == 1:
+                subject = subjects[0]
+                sizes = lengths + (len(subject) + STORE_OVERHEAD)
                 subject_column = pa.repeat(pa.scalar(subject, pa.string()), count)
                 partition_column = pa.repeat(pa.scalar(self.store.partitioner(subject), pa.string()), count)
-            else:
-                sizes = lengths + np.array([subject_lengths[s] for s in subjects], np.int64) + STORE_OVERHEAD
-                partitions = {s: self.store.partitioner(s) for s in subject_lengths}
-                subject_column = pa.array(subjects, pa.string())
-                partition_column = pa.array([partitions[s] for s in subjects], pa.string())
+            else:  # as columns: a batch of a thousand new subjects makes no Python object per subject here
+                subject_column = batch.subject_column() if refused is None else pa.array(subjects, pa.string())
+                sizes = lengths + pc.utf8_length(subject_column).to_numpy(zero_copy_only=False) + STORE_OVERHEAD
+                partition_column = self.store.partitioner.column(subject_column)
             ix.append_run(first, subjects, sizes, ts)
             acc.add_run(plain_rows(first, subject_column, ts, data, sizes, partition_column))
             self.last_msg_id = None
-            if c.max_msgs_per_subject > 0 and len(subject_lengths) > 1:
-                self._enforce_subject_limits(list(subject_lengths), acc)
+            if c.max_msgs_per_subject > 0 and len(distinct) > 1:
+                self._enforce_subject_limits(list(distinct), acc)
             self._enforce_limits(subjects[-1], acc)
         return refused if refused is not None else AckRun(c.name, first, count)
 

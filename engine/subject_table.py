@@ -13,7 +13,6 @@ compaction. Counterpart: the `fss`/`psim` subject trees of server/memstore.go an
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator
 
 import numpy as np
@@ -21,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from engine.subjects import FWC, PWC, is_literal
+from engine.subjects import FWC, filter_regex, is_literal
 
 _EMPTY = np.uint64(0)
 _GONE = np.uint64(1)  # a forgotten subject's slot: lookups probe past it
@@ -104,7 +103,7 @@ class SubjectTable:
 
     def _lookup_many(self, subjects: list[str]) -> np.ndarray:
         raws = [s.encode() for s in subjects]
-        hashes = np.fromiter((_hash(r) for r in raws), np.uint64, len(raws))
+        hashes = np.fromiter(map(_hash, raws), np.uint64, len(raws))
         sids = self._probe(hashes)
         for i in np.flatnonzero(sids >= 0).tolist():  # a 64-bit hash hit: confirm the name
             if self.name_bytes(int(sids[i])) != raws[i]:
@@ -112,9 +111,10 @@ class SubjectTable:
         new = np.flatnonzero(sids < 0)
         if len(new):
             sids[new] = self._add_many([raws[i] for i in new.tolist()], hashes[new])
-        if len(subjects) <= _FRONT:
-            for subject, sid in zip(subjects, sids.tolist(), strict=True):
-                self._remember(subject, sid)
+        if len(subjects) <= _FRONT:  # one bulk update: per-name calls cost ~2 µs each
+            if len(self._front) + len(subjects) > _FRONT:
+                self._front.clear()
+            self._front.update(zip(subjects, sids.tolist(), strict=True))
         return sids
 
     def _probe(self, hashes: np.ndarray) -> np.ndarray:
@@ -236,7 +236,7 @@ class SubjectTable:
         names = pa.StringArray.from_buffers(
             self.count - upto, pa.py_buffer(offsets), pa.py_buffer(bytes(self._arena[start:]))
         )
-        return np.asarray(pc.match_substring_regex(names, _regex(filter_)).to_numpy(zero_copy_only=False), np.bool_)
+        return np.asarray(pc.match_substring_regex(names, filter_regex(filter_)).to_numpy(zero_copy_only=False), np.bool_)
 
     def iter_states(self, sids: np.ndarray | None = None) -> Iterator[tuple[str, int, int, int]]:
         """(subject, msgs, first, last) of the given ids (default: every subject with messages)."""
@@ -306,16 +306,3 @@ def _grown(array: np.ndarray, needed: int) -> np.ndarray:
     out = np.zeros(max(needed, 2 * len(array), 16), array.dtype)
     out[: len(array)] = array
     return out
-
-
-def _regex(filter_: str) -> str:
-    """The anchored regular expression of a subject filter: `*` one token, `>` one or more."""
-    parts = []
-    for token in filter_.split("."):
-        if token == PWC:
-            parts.append(r"[^.]+")
-        elif token == FWC:
-            parts.append(r".+")
-        else:
-            parts.append(re.escape(token))
-    return "^" + r"\.".join(parts) + "$"

@@ -7,7 +7,6 @@ the write-ahead log and the Delta table. Counterpart: server/store.go (StreamSto
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -19,6 +18,7 @@ from engine.index import MessageIndex
 from engine.store.stored_message import StoredMessage
 
 if TYPE_CHECKING:
+    from engine.store.layout import Partitioner
     from engine.store.rows import RowGroup
 
 __all__ = ["Recovered", "Removal", "StoredMessage", "StreamStore"]
@@ -49,7 +49,7 @@ class Recovered:
 
 
 class StreamStore(Protocol):
-    partitioner: Callable[[str], str]  # the table partition of a subject (memory streams: never written)
+    partitioner: Partitioner  # the table partition of a subject (memory streams: never written)
 
     def append(self, groups: list[RowGroup], removals: list[Removal]) -> None:
         """Makes the accepted messages (row groups in sequence order) and removals durable (per the sync

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from engine.store.objectstore import ObjectStore, WarehouseLocation, to_spark_uri
 
@@ -188,6 +189,16 @@ class Partitioner:
             self._cache.clear()
         self._cache[subject] = value
         return value
+
+    def column(self, subjects: pa.StringArray) -> pa.StringArray:
+        """The partition of every subject of a column: computed once per distinct prefix, in the order
+        of first sight (the named partitions are handed out as one call per subject would)."""
+        if self.tokens:
+            head = r"^((?:[^.]*\.){%d}[^.]*)\..*$" % (self.tokens - 1)
+            subjects = pc.replace_substring_regex(subjects, head, r"\1")
+        encoded = pc.dictionary_encode(subjects)
+        values = pa.array([self(value) for value in encoded.dictionary.to_pylist()], pa.string())
+        return pc.take(values, encoded.indices)
 
     def values_for(self, filter_subject: str) -> set[str] | None:
         """The partition values that may hold subjects matching `filter_subject`, without assigning

@@ -167,3 +167,35 @@ def test_unflushed_columnar_runs_are_read_from_memory(warehouse: Path, clock: Ma
         assert js.get_message("COL", 150).data == b"payload 149"
     finally:
         js.close()
+
+
+def test_a_batch_of_many_distinct_subjects_is_routed_and_sized_as_a_column(js: JetStream) -> None:
+    """Past 32 distinct subjects a batch is validated and routed as one column: the same answers,
+    state, stored messages and table rows as one by one, with per-subject limits too."""
+    twins(js, max_msgs_per_subject=1)
+    for round_ in range(3):
+        messages = [(f"k{i % 150}.é{i}", b"v%d" % round_) for i in range(200)]
+        columnar, one_by_one = publish_both(js, messages)
+        assert isinstance(columnar, AckRun)
+        assert answers(columnar) == answers(one_by_one)
+        assert_same(js)
+    js.flush()
+    assert table_rows(js, "COL") == table_rows(js, "ONE")
+
+
+@pytest.mark.parametrize("bad", ["a..b", "*", "a>", "a b", "x" * 600, "OTHER"])
+def test_one_bad_or_foreign_subject_among_many_falls_back_to_one_by_one(js: JetStream, bad: str) -> None:
+    twins(js)
+    js.add_stream({"name": "OTHER", "subjects": ["other.>"]})
+    messages = [(f"s{i}", b"x") for i in range(40)]
+    messages[17] = (bad, b"x")
+    columnar = js.publish_batch(batch([(f"col.{s}" if s != "OTHER" else "other.1", d) for s, d in messages]))
+    one_by_one = js.publish([InboundMessage(f"one.{s}" if s != "OTHER" else "other.1", d) for s, d in messages])
+    assert not isinstance(columnar, AckRun)
+
+    def outcome(results: list[PublishResult]) -> list[Any]:
+        return [r.err_code if isinstance(r, JetStreamError) else "other" if r.stream == "OTHER" else r.seq for r in results]
+
+    assert outcome(columnar) == outcome(one_by_one)  # type: ignore[arg-type]
+    assert sum(isinstance(r, PubAck) for r in columnar) == (40 if bad == "OTHER" else 39)  # type: ignore[union-attr]
+    assert_same(js)
