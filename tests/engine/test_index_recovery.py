@@ -171,9 +171,71 @@ def test_an_erased_subject_leaves_no_name_in_the_next_snapshot(warehouse: Path, 
     registry(js.layout).erase(js.stream("WORK"), filter_="work.secretmarker")
     js.close()
     path = js.layout.index_snapshot("WORK")
-    assert path.exists() and b"secretmarker" not in path.read_bytes()
+    assert path.exists() and b"secretmarker" not in index_file.plain_bytes(path.read_bytes())
     again = _open(warehouse, clock)
     try:
         assert again.stream("WORK").index.subject_state("work.keep") == (1, 1, 1)
     finally:
         again.close()
+
+
+def _v1_bytes(meta: dict[str, object], arrays: dict[str, np.ndarray]) -> bytes:
+    """A snapshot as the previous version wrote it (JLX1: full-width arrays, no compression)."""
+    import struct
+
+    import orjson
+    import xxhash
+
+    specs = [[name, a.dtype.str, int(a.size)] for name, a in arrays.items()]
+    header = orjson.dumps({"meta": meta, "arrays": specs})
+    body = struct.pack("<I", len(header)) + header + b"".join(np.ascontiguousarray(a).tobytes() for a in arrays.values())
+    return struct.pack("<4sQ16s", b"JLX1", len(body), xxhash.xxh3_128_digest(body)) + body
+
+
+def test_a_snapshot_in_the_previous_format_still_loads(warehouse: Path, clock: ManualClock) -> None:
+    """A JLX1 snapshot (int64 histogram counts, uncompressed) is read as it is, without the table; the
+    next one is written compressed (JLX2) and loads to the same state."""
+    js = _open(warehouse, clock)
+    _fill(js)
+    js.purge("WORK", keep=2000)
+    before = _state(js)
+    js.close()
+    path = js.layout.index_snapshot("WORK")
+    meta, arrays = index_file.decode(path.read_bytes())
+    arrays["hist_counts"] = arrays["hist_counts"].astype(np.int64)
+    old = _v1_bytes(meta, arrays)
+    assert len(old) > path.stat().st_size
+    path.write_bytes(old)
+    again = _open(warehouse, clock)
+    try:
+        store = again.stream("WORK").store
+        assert isinstance(store, DeltaStore) and store.reads._files.version == -1, "the table was not opened"
+        assert _state(again) == before
+        again.publish([InboundMessage("work.1", b"more")])
+    finally:
+        again.close()
+    assert path.read_bytes()[:4] == index_file.MAGIC
+    third = _open(warehouse, clock)
+    try:
+        assert third.stream("WORK").index.msgs == before[0] + 1
+    finally:
+        third.close()
+
+
+def test_a_compressed_snapshot_keeps_every_array_exact() -> None:
+    rng = np.random.default_rng(5)
+    arrays = {
+        "sorted": np.cumsum(rng.integers(0, 3, 50_000)).astype(np.int64) + 1_700_000_000_000_000_000,
+        "wide": rng.integers(np.iinfo(np.int64).min, np.iinfo(np.int64).max, 1000, dtype=np.int64),
+        "extremes": np.array([np.iinfo(np.int64).max, np.iinfo(np.int64).min, 0, -1], np.int64),
+        "hashes": rng.integers(0, np.iinfo(np.uint64).max, 1000, dtype=np.uint64),
+        "small": rng.integers(0, 200, 1000).astype(np.int32),
+        "bytes": np.frombuffer(b"names", np.uint8),
+        "one": np.array([7], np.int64),
+        "none": np.zeros(0, np.int64),
+    }
+    meta, out = index_file.decode(index_file.encode({"k": 1}, arrays))
+    assert meta == {"k": 1} and out.keys() == arrays.keys()
+    for name, array in arrays.items():
+        assert out[name].dtype == array.dtype and out[name].tolist() == array.tolist(), name
+        assert out[name].flags.writeable

@@ -38,7 +38,12 @@ def boxed(warehouse: Path, clock: ManualClock) -> Iterator[list[JetStream]]:
 
 
 def warehouse_bytes(warehouse: Path) -> bytes:
-    return b"".join(p.read_bytes() for p in sorted(warehouse.rglob("*")) if p.is_file())
+    return b"".join(_plain_bytes(p) for p in sorted(warehouse.rglob("*")) if p.is_file())
+
+
+def _plain_bytes(path: Path) -> bytes:
+    """A file's bytes; an index snapshot's as they are before compression."""
+    return index_file.plain_bytes(path.read_bytes()) if path.suffix == ".idx" else path.read_bytes()
 
 
 def publish_markers(js: JetStream) -> None:

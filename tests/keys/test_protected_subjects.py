@@ -31,13 +31,18 @@ PROTECTED = {PROTECTED_SUBJECTS_KEY: "true"}
 SECRETS = {"name": "SECRETS", "subjects": ["s.>"], "metadata": {**PROTECTED, "jetlake.partition_tokens": "2"}}
 
 
+def _plain_bytes(path: Path) -> bytes:
+    """A file's bytes; an index snapshot's as they are before compression."""
+    return index_file.plain_bytes(path.read_bytes()) if path.suffix == ".idx" else path.read_bytes()
+
+
 def leaks(warehouse: Path, needle: str = MARK) -> list[str]:
     """Files under the warehouse whose name or bytes hold `needle` (any case)."""
     found = []
     for path in sorted(warehouse.rglob("*")):
         if needle.lower() in str(path.relative_to(warehouse)).lower():
             found.append(f"name: {path}")
-        elif path.is_file() and needle.lower().encode() in path.read_bytes().lower():
+        elif path.is_file() and needle.lower().encode() in _plain_bytes(path).lower():
             found.append(f"bytes: {path}")
     return found
 
