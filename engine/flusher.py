@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine import heap
 from engine.consumers import Consumers
 from engine.store.delta import DeltaStore
 from engine.stream import Stream
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 ACKS = "_system/acks"
 LEASE_HELD = "commit lease held by another process (a maintenance job); retried at the next flush"
 _RELOAD_BACKOFF_MAX = 30.0
+HEAP_RELEASE_SECONDS = 5.0  # at most this often, and only after commits, freed memory goes back (engine/heap.py)
 
 
 @dataclass
@@ -98,10 +100,13 @@ class Flusher:
         self.stats = FlushStats()
         self.health: dict[str, TableHealth] = {}
         self._healing: dict[str, _Healing] = {}
+        self._heap_released_at = 0.0
+        self._heap_dirty = False
 
     # -- the thread ---------------------------------------------------------------------------
 
     def start(self) -> None:
+        heap.release()  # what recovery freed (a snapshot's decoded body, a table's read windows)
         self._thread = threading.Thread(target=self._loop, name="jetlake-flusher", daemon=True)
         self._thread.start()
 
@@ -126,9 +131,16 @@ class Flusher:
             if self._stop.is_set():
                 break
             try:
-                self.flush(fold_acks=False)
+                self._heap_dirty |= self.flush(fold_acks=False).commits > 0
             except Exception:  # keep flushing; the failure is in the figures and the log
                 log.exception("flush failed")
+            self._release_heap()
+
+    def _release_heap(self) -> None:
+        now = time.monotonic()
+        if self._heap_dirty and now - self._heap_released_at >= HEAP_RELEASE_SECONDS:
+            heap.release()
+            self._heap_released_at, self._heap_dirty = now, False
 
     # -- flushing -----------------------------------------------------------------------------
 

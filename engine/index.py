@@ -990,12 +990,12 @@ class MessageIndex:
         index = cls(block_size, cache_bytes)
         index.first_seq, index.last_seq, index.first_ts, index.last_ts = first_seq, last_seq, first_ts, last_ts
         index.msgs, index.bytes, index._base, index.flushed_upto = msgs, nbytes, base, flushed
-        index._live = arrays["block_live"].astype(np.int64)
-        index._bytes = arrays["block_bytes"].astype(np.int64)
-        index._first_ts = arrays["block_first_ts"].astype(np.int64)
-        index._last_ts = arrays["block_last_ts"].astype(np.int64)
+        index._live = arrays["block_live"].astype(np.int64, copy=False)
+        index._bytes = arrays["block_bytes"].astype(np.int64, copy=False)
+        index._first_ts = arrays["block_first_ts"].astype(np.int64, copy=False)
+        index._last_ts = arrays["block_last_ts"].astype(np.int64, copy=False)
         offsets = arrays["hist_offsets"]
-        sids, counts = arrays["hist_sids"].astype(np.int32), arrays["hist_counts"].astype(np.int32)
+        sids, counts = arrays["hist_sids"].astype(np.int32, copy=False), arrays["hist_counts"].astype(np.int32, copy=False)
         index._hist = []
         for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True):
             hist = _Hist()

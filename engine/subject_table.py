@@ -266,17 +266,17 @@ class SubjectTable:
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray]) -> SubjectTable:
         table = cls()
-        offsets = arrays["subject_offsets"].astype(np.int64)
+        offsets = arrays["subject_offsets"].astype(np.int64, copy=False)
         n = len(offsets) - 1
         table._arena = bytearray(arrays["subject_arena"].tobytes())
         table._offsets = offsets
-        table.msgs = arrays["subject_msgs"].astype(np.int64)
-        table.first = arrays["subject_first"].astype(np.int64)
-        table.last = arrays["subject_last"].astype(np.int64)
+        table.msgs = arrays["subject_msgs"].astype(np.int64, copy=False)
+        table.first = arrays["subject_first"].astype(np.int64, copy=False)
+        table.last = arrays["subject_last"].astype(np.int64, copy=False)
         table.count = n
         table.live = int(np.count_nonzero(table.msgs > 0))
-        table._slots = arrays["subject_slots"].astype(np.uint64)
-        table._slot_ids = arrays["subject_slot_ids"].astype(np.int32)
+        table._slots = arrays["subject_slots"].astype(np.uint64, copy=False)
+        table._slot_ids = arrays["subject_slot_ids"].astype(np.int32, copy=False)
         table.forgotten = int(arrays["subject_forgotten"][0]) if "subject_forgotten" in arrays else 0
         table._occupied = int(np.count_nonzero(table._slots != _EMPTY))
         return table
