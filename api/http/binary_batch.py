@@ -79,6 +79,8 @@ def decode_plain(body: bytes) -> PlainBatch | None:
     if body[:4] != MAGIC or len(body) < len(MAGIC) + _RECORD.size:
         return None
     uniform = _uniform(body)
+    if uniform is None:
+        uniform = _same_layout(body)
     return uniform if uniform is not None else _plain_records(body)
 
 
@@ -96,8 +98,34 @@ def _uniform(body: bytes) -> PlainBatch | None:
     subject = _subject(body[len(MAGIC) + _RECORD.size : len(MAGIC) + head], 0)
     data = pa.allocate_buffer(count * ld)
     np.frombuffer(data, np.uint8).reshape(count, ld)[:] = records[:, head:]
-    offsets = np.arange(0, (count + 1) * ld, ld, dtype=np.int32)
+    offsets = np.arange(count + 1, dtype=np.int32) * np.int32(ld)  # ld may be 0
     return PlainBatch([subject] * count, pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(offsets), data]))
+
+
+def _same_layout(body: bytes) -> PlainBatch | None:
+    """Every record with the same lengths but its own subject (a batch of new keys of one width):
+    subjects and payloads are cut out with numpy, the subjects checked as UTF-8 by Arrow at once.
+    None when the layouts differ or a subject is not UTF-8 (`_plain_records` then reports which)."""
+    ls, lh, ld = _RECORD.unpack_from(body, len(MAGIC))
+    head = _RECORD.size + ls
+    stride = head + ld
+    count, rest = divmod(len(body) - len(MAGIC), stride)
+    if lh or rest or not ls:
+        return None
+    records = np.frombuffer(body, np.uint8, offset=len(MAGIC)).reshape(count, stride)
+    if not (records[:, : _RECORD.size] == records[0, : _RECORD.size]).all():
+        return None
+    names = pa.py_buffer(np.ascontiguousarray(records[:, _RECORD.size : head]).tobytes())
+    column = pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(np.arange(count + 1, dtype=np.int32) * np.int32(ls)), names])
+    try:
+        column.validate(full=True)
+    except pa.ArrowInvalid:
+        return None
+    data = pa.allocate_buffer(count * ld)
+    np.frombuffer(data, np.uint8).reshape(count, ld)[:] = records[:, head:]
+    offsets = np.arange(count + 1, dtype=np.int32) * np.int32(ld)  # ld may be 0
+    payloads = pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(offsets), data])
+    return PlainBatch(column.to_pylist(), payloads, column)
 
 
 def _plain_records(body: bytes) -> PlainBatch | None:

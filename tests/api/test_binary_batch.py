@@ -209,3 +209,27 @@ def test_plain_records_then_one_with_headers(c: httpx.Client) -> None:
     body = encode([("bin.p", b"1", None), ("bin.p", b"2", None), ("bin.p", b"3", {"Nats-Msg-Id": ["ph-1"]})])
     assert post(c, body).json() == {"acks": [{"stream": "BIN", "seq": last + i} for i in (1, 2, 3)]}
     assert c.get(f"/v1/streams/BIN/messages/{last + 3}").json()["message"]["headers"] == {"Nats-Msg-Id": ["ph-1"]}
+
+
+@pytest.mark.parametrize("payload", [b"", b"data"])
+def test_records_of_one_layout_decode_as_record_by_record(payload: bytes) -> None:
+    """A batch of new subjects of one width (cut out with numpy) and of one subject decode as the
+    record-by-record loop does, empty payloads included."""
+    from api.http.binary_batch import _plain_records, decode_plain
+
+    for subjects in ([f"cap.k{i}" for i in range(100_000, 100_300)], ["one.s"] * 3, ["é.1", "é.2"]):
+        body = encode([(s, payload, None) for s in subjects])
+        fast, slow = decode_plain(body), _plain_records(body)
+        assert fast is not None and slow is not None
+        assert fast.subjects == slow.subjects == subjects and fast.data.equals(slow.data)
+        assert fast.subject_column().to_pylist() == subjects
+
+
+def test_a_subject_that_is_not_utf8_is_refused_with_its_record() -> None:
+    from api.http.binary_batch import decode_plain
+
+    from engine import JetStreamError
+
+    body = encode([("cap.k1", b"a", None), ("cap.k2", b"b", None)]).replace(b"cap.k2", b"cap.\xff2")
+    with pytest.raises(JetStreamError, match="record 1: the subject is not UTF-8"):
+        decode_plain(body)
