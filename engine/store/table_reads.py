@@ -46,7 +46,11 @@ READ_WINDOW_BYTES = 16 * 1024 * 1024
 _PY_ROW_BYTES = 200  # a row of a listed window as Python objects, beyond its Arrow bytes (100 B payloads)
 _FOOTER_FACTOR = 9  # a parsed footer's memory against its serialized size (measured: ~7 KB per 1,024-row group)
 _LOCAL = pafs.LocalFileSystem()
-_FILE_COLUMNS = [name for name in STREAM_SCHEMA.names if name != PARTITION_COLUMN]
+# What a message is made of (`size` is the index's, read by `index_rows`); msg ids and headers are
+# decoded only in the row groups whose statistics say some row has them: most streams carry neither,
+# and a point read's cost is a fixed cost per decoded column chunk (~0.03-0.1 ms each).
+_WINDOW_COLUMNS = ["seq", "subject", "ts", "msg_id", "headers", "data"]
+_OPTIONAL_COLUMNS = ("msg_id", "headers")
 _INDEX_COLUMNS = ["seq", "subject", "size", "ts"]
 
 
@@ -63,14 +67,14 @@ class Window:
     windows (sealed_window.py) convert their rows the same way and open the row they return."""
 
     def __init__(self, table: pa.Table) -> None:
-        seqs = table.column("seq").to_numpy()
+        seqs = _int64s(table.column("seq"))
         self._order: np.ndarray | None = None
-        if len(seqs) > 1 and (np.diff(seqs) <= 0).any():  # an older file's group: rows out of order
+        if len(seqs) > 1 and not (seqs[1:] > seqs[:-1]).all():  # an older file's group: rows out of order
             self._order = np.argsort(seqs, kind="stable")
             seqs = seqs[self._order]
         self.seqs = seqs
         self.table = table  # the decoded columns (an encrypted stream's: its values still sealed)
-        self._ts = table.column("ts").cast(pa.int64()).to_numpy()
+        self._ts = _int64s(table.column("ts"))  # microseconds
         self._lists: tuple[Any, ...] | None = None
         self.rows = table.num_rows
         self.nbytes = table.nbytes + 8 * self.rows
@@ -121,6 +125,48 @@ class Opener(Protocol):
     def window(self, table: pa.Table) -> Window: ...
 
 
+class Footer:
+    """A data file's parsed footer and what reads choose row groups and columns by: each group's
+    lowest and highest `seq` (its statistics), and the optional columns it holds no value of."""
+
+    def __init__(self, meta: pq.FileMetaData) -> None:
+        self.meta = meta
+        self.schema = meta.schema.to_arrow_schema()
+        names = self.schema.names
+        groups = [meta.row_group(i) for i in range(meta.num_row_groups)]
+        stats = [group.column(names.index("seq")).statistics for group in groups]
+        self.lows = np.array([st.min if st is not None and st.has_min_max else -1 for st in stats], np.int64)
+        self.highs = np.array([st.max if st is not None and st.has_min_max else 2**62 for st in stats], np.int64)
+        leaves = _leaf_paths(meta)  # a map column has two leaves (key and value)
+        self._empty = {name: np.array([all(_all_null(group.column(i)) for i, leaf in enumerate(leaves)
+                                           if leaf.split(".")[0] == name) for group in groups], np.bool_)
+                       for name in _OPTIONAL_COLUMNS if name in names}
+        self._columns = [name for name in _WINDOW_COLUMNS if name in names]
+
+    def read_group(self, path: str, group: int, filesystem: Any) -> pa.Table:
+        """The columns a message is made of, of one row group; a column the group's statistics say is
+        null in every row is not decoded but made of nulls."""
+        skipped = [name for name, empty in self._empty.items() if empty[group]]
+        columns = [name for name in self._columns if name not in skipped]
+        with open_parquet(path, self.meta, filesystem) as file:
+            table = file.read_row_group(group, columns=columns, use_threads=False)
+        for name in skipped:
+            table = table.append_column(self.schema.field(name), pa.nulls(table.num_rows, self.schema.field(name).type))
+        return table
+
+
+def _leaf_paths(meta: pq.FileMetaData) -> list[str]:
+    group = meta.row_group(0) if meta.num_row_groups else None
+    return [group.column(i).path_in_schema for i in range(group.num_columns)] if group is not None else []
+
+
+def _all_null(chunk: pq.ColumnChunkMetaData) -> bool:
+    """Whether a column chunk holds only nulls (a map column: null or empty maps), by its statistics;
+    False when it has none."""
+    stats = chunk.statistics
+    return stats is not None and stats.has_null_count and stats.null_count == chunk.num_values
+
+
 class _RowGroups:
     """Decoded row groups and parsed footers of the table's files, least recently used first out,
     within one byte budget (a footer of a file with many small row groups is itself sizeable).
@@ -139,14 +185,14 @@ class _RowGroups:
 
     def find(self, path: str, seq: int) -> StoredMessage | None:
         """The message `seq` of the file at `path`, from the row groups whose statistics may hold it."""
-        meta, lows, highs = self.footer(path)
-        for group in np.flatnonzero((lows <= seq) & (highs >= seq)).tolist():
-            msg = self.window(path, meta, group).get(seq)
+        footer = self.footer(path)
+        for group in np.flatnonzero((footer.lows <= seq) & (footer.highs >= seq)).tolist():
+            msg = self.window(path, footer, group).get(seq)
             if msg is not None:
                 return msg
         return None
 
-    def window(self, path: str, meta: pq.FileMetaData, group: int, listed: bool = False) -> Window:
+    def window(self, path: str, footer: Footer, group: int, listed: bool = False) -> Window:
         key = (path, group)
         with self._lock:
             cached = self._entries.get(key)
@@ -156,8 +202,7 @@ class _RowGroups:
                 if listed and not window.listed:
                     self._charge(key, window, window.list())
                 return window
-        with open_parquet(path, meta, self.filesystem) as file:
-            table = file.read_row_group(group, columns=_FILE_COLUMNS, use_threads=False)
+        table = footer.read_group(path, group, self.filesystem)
         window = self.opener.window(table) if self.opener is not None else Window(table)
         if listed:
             window.list()
@@ -165,21 +210,16 @@ class _RowGroups:
             self._put(key, window, window.nbytes)
         return window
 
-    def footer(self, path: str) -> tuple[pq.FileMetaData, np.ndarray, np.ndarray]:
+    def footer(self, path: str) -> Footer:
         key = (path, -1)
         with self._lock:
             cached = self._entries.get(key)
             if cached is not None:
                 self._entries.move_to_end(key)
                 return cached[0]  # type: ignore[no-any-return]
-        meta = pq.read_metadata(path, filesystem=self.filesystem)
-        column = meta.schema.to_arrow_schema().get_field_index("seq")
-        stats = [meta.row_group(i).column(column).statistics for i in range(meta.num_row_groups)]
-        lows = np.array([st.min if st is not None and st.has_min_max else -1 for st in stats], np.int64)
-        highs = np.array([st.max if st is not None and st.has_min_max else 2**62 for st in stats], np.int64)
-        found = (meta, lows, highs)
+        found = Footer(pq.read_metadata(path, filesystem=self.filesystem))
         with self._lock:
-            self._put(key, found, _FOOTER_FACTOR * meta.serialized_size)
+            self._put(key, found, _FOOTER_FACTOR * found.meta.serialized_size)
         return found
 
     def _put(self, key: tuple[str, int], value: Any, size: int) -> None:
@@ -208,6 +248,14 @@ class _RowGroups:
         with self._lock:
             self._entries.clear()
             self._bytes = 0
+
+
+def _int64s(column: pa.ChunkedArray) -> np.ndarray:
+    """An int64 or timestamp column as numpy int64, zero-copy when it is one chunk without nulls
+    (a cast through pyarrow.compute costs more than a small group's decode)."""
+    if column.num_chunks == 1 and not column.null_count:
+        return column.chunk(0).view(pa.int64()).to_numpy()
+    return column.cast(pa.int64()).to_numpy(zero_copy_only=False)
 
 
 def open_parquet(path: str, meta: pq.FileMetaData | None, filesystem: Any) -> pq.ParquetFile:
@@ -302,12 +350,12 @@ class TableReads:
         for i in np.flatnonzero(mask):
             path = self.table.file(unquote(files.paths[i]))
             try:
-                meta, lows, highs = self._row_groups.footer(path)
-                for group in np.flatnonzero((lows <= hi) & (highs >= lo)).tolist():
-                    window = self._row_groups.window(path, meta, group, listed=True)
+                footer = self._row_groups.footer(path)
+                for group in np.flatnonzero((footer.lows <= hi) & (footer.highs >= lo)).tolist():
+                    window = self._row_groups.window(path, footer, group, listed=True)
                     if id(window) not in held:
                         held.add(id(window))
-                        self._windows.append((int(lows[group]), int(highs[group]), window))
+                        self._windows.append((int(footer.lows[group]), int(footer.highs[group]), window))
             except FileNotFoundError:
                 self.forget()
                 return
@@ -352,10 +400,10 @@ class TableReads:
         parts: list[pa.Table] = []
         for i in np.flatnonzero((files.min_seq <= hi) & (files.max_seq >= lo)):
             path = self.table.file(unquote(files.paths[i]))
-            meta, lows, highs = self._row_groups.footer(path)
-            groups = np.flatnonzero((lows <= hi) & (highs >= lo)).tolist()
+            footer = self._row_groups.footer(path)
+            groups = np.flatnonzero((footer.lows <= hi) & (footer.highs >= lo)).tolist()
             if groups:
-                with open_parquet(path, meta, self.table.filesystem) as file:
+                with open_parquet(path, footer.meta, self.table.filesystem) as file:
                     parts.append(file.read_row_groups(groups, columns=columns, use_threads=False))
         if not parts:
             return pa.table({name: pa.array([], STREAM_SCHEMA.field(name).type) for name in columns})
