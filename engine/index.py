@@ -12,7 +12,7 @@ sequence, time or subject finds its block from the summaries, then one detail. A
 its row is present in its block's detail (or table) and its sequence is not removed: so a store may
 read a flushed message straight from its table when `may_be_live` holds and the block's detail is not
 in memory (the row it finds is the detail's row), and a search by time reads a cold block's stored
-sequences and times only (`time_loader`).
+sequences and times only (`time_seeker`).
 
 Counts are kept, not recomputed: a removal takes the removed rows' subjects and sizes from the detail
 and updates the block, the subject and the stream at once; a range removal (purge, expiry, limits)
@@ -182,7 +182,8 @@ class MessageIndex:
         self.block_size = block_size
         self.cache_bytes = cache_bytes
         self.loader: Loader | None = None  # None: every detail stays in memory (memory streams)
-        self.time_loader: Callable[[int, int], tuple[np.ndarray, np.ndarray]] | None = None  # stored (seqs, ts)
+        # the first stored sequence in [lo, hi] stamped at or after a time that a liveness mask keeps
+        self.time_seeker: Callable[[int, int, int, Callable[[np.ndarray], np.ndarray]], int] | None = None
         self.subjects = SubjectTable()
         self.removed = SeqSet()
         self.first_seq = 0
@@ -283,15 +284,6 @@ class MessageIndex:
                     found.keep(found.view()[0] <= self.last_seq)
             self._pinned[block] = found
         return found
-
-    def _stored_times(self, block: int) -> tuple[np.ndarray, np.ndarray]:
-        """(seqs, ts) of the live rows of a flushed block, from the table's two columns: the rows its
-        detail would hold (within the index's range), less the removed ones."""
-        assert self.time_loader is not None
-        lo, hi = self._span(block)
-        seqs, ts = self.time_loader(max(lo, self.first_seq, 1), min(hi, self.last_seq))
-        alive = ~self.removed.mask(seqs)
-        return (seqs, ts) if alive.all() else (seqs[alive], ts[alive])
 
     def _live_rows(self, block: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The live rows of a block within [lo, hi]: (seqs, sids, sizes, ts)."""
@@ -891,17 +883,23 @@ class MessageIndex:
 
     def seq_at_or_after_time(self, ts: int) -> int:
         """First live sequence published at or after `ts` (timestamps never go back). A block whose detail
-        is not in memory is searched in its stored sequences and times only (`time_loader`)."""
+        is not in memory is searched in its stored sequences and times only (`time_seeker`)."""
         for slot in np.flatnonzero((self._live != 0) & (self._last_ts >= ts)).tolist():
             block = self._base + slot
-            if self.time_loader is not None and not self.holds_detail(self._span(block)[0]):
-                rows, row_ts = self._stored_times(block)
-            else:
-                rows, _, _, row_ts = self._live_rows(block, *self._span(block))
+            lo, hi = self._span(block)
+            if self.time_seeker is not None and not self.holds_detail(lo):
+                found = self.time_seeker(max(lo, self.first_seq, 1), min(hi, self.last_seq), ts, self._unremoved)
+                if found:
+                    return found
+                continue
+            rows, _, _, row_ts = self._live_rows(block, lo, hi)
             hit = np.flatnonzero(row_ts >= ts)
             if len(hit):
                 return int(rows[hit[0]])
         return 0
+
+    def _unremoved(self, seqs: np.ndarray) -> np.ndarray:
+        return ~self.removed.mask(seqs)
 
     def last_seq_before_time(self, ts: int) -> int:
         """The last live sequence stamped before `ts`, 0 if none: `max_age` removes up to it."""

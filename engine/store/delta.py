@@ -196,7 +196,7 @@ class DeltaStore:
         """An empty index whose block details are read back from this table."""
         index = MessageIndex(cache_bytes=self.index_cache_bytes)
         index.loader = self.reads.index_rows
-        index.time_loader = self.reads.time_rows
+        index.time_seeker = self.reads.first_at_or_after
         return index
 
     @property
@@ -645,7 +645,7 @@ class DeltaStore:
             return None, None
         index = MessageIndex.from_arrays(arrays, cache_bytes=self.index_cache_bytes)
         index.loader = self.reads.index_rows
-        index.time_loader = self.reads.time_rows
+        index.time_seeker = self.reads.first_at_or_after
         index.flushed_upto = meta["flushed_seq"]
         self.partitioner.learn(set(meta.get("partitions", [])))
         covered = SeqSet.from_arrays(*index.removed.to_arrays())

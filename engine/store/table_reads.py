@@ -137,6 +137,9 @@ class Footer:
         stats = [group.column(names.index("seq")).statistics for group in groups]
         self.lows = np.array([st.min if st is not None and st.has_min_max else -1 for st in stats], np.int64)
         self.highs = np.array([st.max if st is not None and st.has_min_max else 2**62 for st in stats], np.int64)
+        times = [group.column(names.index("ts")).statistics for group in groups]
+        self.last_ts = np.array([st.max_raw if st is not None and st.has_min_max else 2**62 for st in times],
+                                np.int64)  # microseconds
         leaves = _leaf_paths(meta)  # a map column has two leaves (key and value)
         self._empty = {name: np.array([all(_all_null(group.column(i)) for i, leaf in enumerate(leaves)
                                            if leaf.split(".")[0] == name) for group in groups], np.bool_)
@@ -379,12 +382,41 @@ class TableReads:
             table.column("ts").cast(pa.int64()).to_numpy().astype(np.int64) * 1000,
         )
 
-    def time_rows(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-        """(seqs, ts in ns) of the rows with lo ≤ seq ≤ hi, ascending, each once: a search by time
-        reads these two columns, not the subjects a block's detail needs."""
-        table = self._rows(lo, hi, ["seq", "ts"])
-        return (table.column("seq").to_numpy().astype(np.int64),
-                table.column("ts").cast(pa.int64()).to_numpy().astype(np.int64) * 1000)
+    def first_at_or_after(self, lo: int, hi: int, since_ns: int, alive: Callable[[np.ndarray], np.ndarray]) -> int:
+        """The lowest sequence lo ≤ seq ≤ hi stamped at or after `since_ns` that `alive` keeps (0: none).
+        Reads the `seq` and `ts` columns of one row group at a time, in sequence order, skipping the
+        groups whose `ts` statistics end before `since_ns`: a get by time decodes a group or two, not
+        the 16 of an index block."""
+        for attempt in range(2):
+            try:
+                return self._first_at_or_after(lo, hi, since_ns, alive, refresh=attempt > 0)
+            except FileNotFoundError:
+                self.forget()
+        return self._first_at_or_after(lo, hi, since_ns, alive, refresh=True)
+
+    def _first_at_or_after(self, lo: int, hi: int, since_ns: int, alive: Callable[[np.ndarray], np.ndarray],
+                           refresh: bool) -> int:
+        files = self._file_map(refresh)
+        groups: list[tuple[int, str, Footer, int]] = []
+        for i in np.flatnonzero((files.min_seq <= hi) & (files.max_seq >= lo) & (files.max_ts * 1000 >= since_ns)):
+            path = self.table.file(unquote(files.paths[i]))
+            footer = self._row_groups.footer(path)
+            chosen = (footer.lows <= hi) & (footer.highs >= lo) & (footer.last_ts * 1000 >= since_ns)
+            groups += [(int(footer.lows[g]), path, footer, g) for g in np.flatnonzero(chosen).tolist()]
+        groups.sort(key=lambda entry: entry[0])
+        best = 0
+        for low, path, footer, group in groups:
+            if best and low > best:  # the groups left start after the hit (partitions' groups interleave)
+                break
+            with open_parquet(path, footer.meta, self.table.filesystem) as file:
+                table = file.read_row_group(group, columns=["seq", "ts"], use_threads=False)
+            seqs, ts = _int64s(table.column("seq")), _int64s(table.column("ts")) * 1000
+            seqs = seqs[(seqs >= lo) & (seqs <= hi) & (ts >= since_ns)]
+            seqs = seqs[alive(seqs)] if len(seqs) else seqs
+            if len(seqs):
+                found = int(seqs.min())
+                best = found if not best else min(best, found)
+        return best
 
     def _rows(self, lo: int, hi: int, columns: list[str]) -> pa.Table:
         for attempt in range(2):

@@ -3,6 +3,8 @@ rewrites and snapshots, with tiny blocks so every path crosses block boundaries.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -42,9 +44,11 @@ class Table:
         return (np.array(seqs, np.int64), [self.rows[s][0] for s in seqs],
                 np.array([self.rows[s][1] for s in seqs], np.int64), np.array([self.rows[s][2] for s in seqs], np.int64))
 
-    def load_times(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    def first_at_or_after(self, lo: int, hi: int, since: int, alive: Callable[[np.ndarray], np.ndarray]) -> int:
         seqs, _, _, ts = self.load(lo, hi)
-        return seqs, ts
+        seqs = seqs[ts >= since]
+        seqs = seqs[alive(seqs)] if len(seqs) else seqs
+        return int(seqs[0]) if len(seqs) else 0
 
     def holds(self, ix: MessageIndex, seq: int) -> bool:
         """Whether `seq` is live by the rule a table read uses (DeltaStore.load): the summaries say it
@@ -116,7 +120,7 @@ def test_index_matches_the_model(seed: int, durable: bool) -> None:
     table = Table()
     ix = MessageIndex(block_size=8, cache_bytes=600)
     if durable:
-        ix.loader, ix.time_loader = table.load, table.load_times
+        ix.loader, ix.time_seeker = table.load, table.first_at_or_after
     model = Model()
     ts = 0
     for step in range(260):
@@ -171,7 +175,7 @@ def test_index_matches_the_model(seed: int, durable: bool) -> None:
         elif op < 0.95 and durable and ix.flushed_upto == model.last_seq:
             arrays = ix.to_arrays()
             ix = MessageIndex.from_arrays(arrays, cache_bytes=600)
-            ix.loader, ix.time_loader = table.load, table.load_times
+            ix.loader, ix.time_seeker = table.load, table.first_at_or_after
         if step % 13 == 0 or step == 259:
             _check(ix, model, table if durable else None)
     _check(ix, model, table if durable else None)
