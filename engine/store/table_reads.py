@@ -46,6 +46,7 @@ READ_WINDOW_BYTES = 16 * 1024 * 1024
 _PY_ROW_BYTES = 200  # a row of a listed window as Python objects, beyond its Arrow bytes (100 B payloads)
 _FOOTER_FACTOR = 9  # a parsed footer's memory against its serialized size (measured: ~7 KB per 1,024-row group)
 _LOCAL = pafs.LocalFileSystem()
+_STATS_TS_GRAIN_US = 1000
 # What a message is made of (`size` is the index's, read by `index_rows`); msg ids and headers are
 # decoded only in the row groups whose statistics say some row has them: most streams carry neither,
 # and a point read's cost is a fixed cost per decoded column chunk (~0.03-0.1 ms each).
@@ -398,10 +399,12 @@ class TableReads:
                            refresh: bool) -> int:
         files = self._file_map(refresh)
         groups: list[tuple[int, str, Footer, int]] = []
-        for i in np.flatnonzero((files.min_seq <= hi) & (files.max_seq >= lo) & (files.max_ts * 1000 >= since_ns)):
+        since_us = since_ns // 1000  # statistics compared in microseconds (a missing one is 2**62)
+        reach = files.max_ts + _STATS_TS_GRAIN_US  # the Delta log's `ts` statistics are cut to milliseconds
+        for i in np.flatnonzero((files.min_seq <= hi) & (files.max_seq >= lo) & (reach >= since_us)):
             path = self.table.file(unquote(files.paths[i]))
             footer = self._row_groups.footer(path)
-            chosen = (footer.lows <= hi) & (footer.highs >= lo) & (footer.last_ts * 1000 >= since_ns)
+            chosen = (footer.lows <= hi) & (footer.highs >= lo) & (footer.last_ts >= since_us)
             groups += [(int(footer.lows[g]), path, footer, g) for g in np.flatnonzero(chosen).tolist()]
         groups.sort(key=lambda entry: entry[0])
         best = 0
@@ -458,7 +461,7 @@ class TableReads:
             return [], None
         since_us = since_ns // 1000
         last_file = int(np.argmax(files.max_seq))
-        chosen = sorted(set(np.flatnonzero(files.max_ts >= since_us).tolist()) | {last_file})
+        chosen = sorted(set(np.flatnonzero(files.max_ts + _STATS_TS_GRAIN_US >= since_us).tolist()) | {last_file})
         columns = ["seq", "ts", "msg_id"] if self._opener is None else ["seq", "ts", "subject", "headers"]
         parts = [pq.read_table(self.table.file(unquote(files.paths[i])), columns=columns,
                                filesystem=self.table.filesystem) for i in chosen]

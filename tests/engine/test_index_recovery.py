@@ -5,8 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
 
 from engine import EngineOptions, InboundMessage, JetStream, ManualClock
+from engine.errors import NoMessageFoundError
 from engine.store import index_file
 from engine.store.delta import DeltaStore
 
@@ -239,3 +243,42 @@ def test_a_compressed_snapshot_keeps_every_array_exact() -> None:
     for name, array in arrays.items():
         assert out[name].dtype == array.dtype and out[name].tolist() == array.tolist(), name
         assert out[name].flags.writeable
+
+
+def test_a_get_by_time_after_a_restart_finds_the_first_live_message_at_or_after_it(warehouse: Path,
+                                                                                     clock: ManualClock) -> None:
+    """After a restart the index searches cold blocks by time in the table, a row group at a time, by the
+    row groups' and files' `ts` statistics: exact for any time, also inside a file's last millisecond (the
+    Delta log's statistics are cut to milliseconds), and deleted messages are skipped."""
+    js = _open(warehouse, clock)
+    js.add_stream({"name": "WORK", "subjects": ["work.>"]})
+    for _ in range(4):  # four files; timestamps 0.33 ms apart, so files end inside a millisecond
+        for i in range(300):
+            clock.advance(333_337)
+            js.publish_one(SUBJECTS[i % 7], b"x")
+        js.flush()
+    deleted = {299, 300, 301, 600, 1200}
+    for seq in sorted(deleted):
+        js.delete_message("WORK", seq)
+    js.flush()
+    table = DeltaTable(str(js.layout.stream_table("WORK"))).to_pyarrow_table(columns=["seq", "ts"]).sort_by("seq")
+    stamped = [(seq, ts * 1000) for seq, ts in zip(table.column("seq").to_pylist(),
+                                                   table.column("ts").cast(pa.int64()).to_pylist(), strict=True)
+               if seq not in deleted]  # stored in microseconds
+    assert len(stamped) == 1200 - len(deleted)
+    js.close()
+    js = _open(warehouse, clock)
+    try:
+        stream = js.stream("WORK")
+        assert not stream.index.holds_detail(1), "the search reads the table, not a block's detail"
+        ends = [(seq, ts) for seq, ts in stamped if seq in (298, 599, 900, 1199)]  # each file's last live message
+        probes = sorted({t + d for _, t in stamped[::7] + stamped[295:305] + ends + stamped[-3:] for d in (-1, 0, 1)})
+        for t in probes:
+            expected = next((seq for seq, ts in stamped if ts >= t), None)
+            if expected is None:
+                with pytest.raises(NoMessageFoundError):
+                    stream.at_or_after_time(t)
+            else:
+                assert stream.at_or_after_time(t).seq == expected, t
+    finally:
+        js.close()
