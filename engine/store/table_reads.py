@@ -128,35 +128,50 @@ class Opener(Protocol):
 
 class Footer:
     """A data file's parsed footer and what reads choose row groups and columns by: each group's
-    lowest and highest `seq` (its statistics), and the optional columns it holds no value of."""
+    lowest and highest `seq` and last `ts` (its statistics), and the optional columns it holds no
+    value of (looked up when a group is read: a footer of a thousand groups is parsed for one read)."""
 
     def __init__(self, meta: pq.FileMetaData) -> None:
         self.meta = meta
         self.schema = meta.schema.to_arrow_schema()
         names = self.schema.names
-        groups = [meta.row_group(i) for i in range(meta.num_row_groups)]
-        stats = [group.column(names.index("seq")).statistics for group in groups]
+        stats = [meta.row_group(i).column(names.index("seq")).statistics for i in range(meta.num_row_groups)]
         self.lows = np.array([st.min if st is not None and st.has_min_max else -1 for st in stats], np.int64)
         self.highs = np.array([st.max if st is not None and st.has_min_max else 2**62 for st in stats], np.int64)
-        times = [group.column(names.index("ts")).statistics for group in groups]
-        self.last_ts = np.array([st.max_raw if st is not None and st.has_min_max else 2**62 for st in times],
-                                np.int64)  # microseconds
+        self._last_ts: np.ndarray | None = None
         leaves = _leaf_paths(meta)  # a map column has two leaves (key and value)
-        self._empty = {name: np.array([all(_all_null(group.column(i)) for i, leaf in enumerate(leaves)
-                                           if leaf.split(".")[0] == name) for group in groups], np.bool_)
-                       for name in _OPTIONAL_COLUMNS if name in names}
+        self._optional = {name: [i for i, leaf in enumerate(leaves) if leaf.split(".")[0] == name]
+                          for name in _OPTIONAL_COLUMNS if name in names}
         self._columns = [name for name in _WINDOW_COLUMNS if name in names]
+
+    @property
+    def last_ts(self) -> np.ndarray:
+        """Each group's highest `ts` in microseconds (2**62 when unknown)."""
+        if self._last_ts is None:
+            column = self.schema.get_field_index("ts")
+            self._last_ts = np.array([_last_us(self.meta.row_group(i).column(column).statistics)
+                                      for i in range(self.meta.num_row_groups)], np.int64)
+        return self._last_ts
 
     def read_group(self, path: str, group: int, filesystem: Any) -> pa.Table:
         """The columns a message is made of, of one row group; a column the group's statistics say is
         null in every row is not decoded but made of nulls."""
-        skipped = [name for name, empty in self._empty.items() if empty[group]]
+        chunks = self.meta.row_group(group)
+        skipped = [name for name, leaves in self._optional.items() if all(_all_null(chunks.column(i)) for i in leaves)]
         columns = [name for name in self._columns if name not in skipped]
         with open_parquet(path, self.meta, filesystem) as file:
             table = file.read_row_group(group, columns=columns, use_threads=False)
         for name in skipped:
             table = table.append_column(self.schema.field(name), pa.nulls(table.num_rows, self.schema.field(name).type))
         return table
+
+
+def _last_us(stats: pq.Statistics | None) -> int:
+    """A `ts` chunk's highest value in microseconds; 2**62 (never skipped) without statistics or for a
+    legacy INT96 column."""
+    if stats is None or not stats.has_min_max or not isinstance(stats.max_raw, int):
+        return 2**62
+    return stats.max_raw
 
 
 def _leaf_paths(meta: pq.FileMetaData) -> list[str]:
