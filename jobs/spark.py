@@ -53,13 +53,27 @@ _REPO_ROOT = Path(__file__).resolve().parents[1]
 # is given (a session made elsewhere, or changed since, must not decide how a job writes): timestamps
 # as INT64 microseconds with UTC semantics, the type delta-rs writes and the engine reads, never
 # Spark's legacy INT96.
+# Parquet row groups as the engine's flusher writes them (engine/store/delta.py's ROW_GROUP_ROWS): at
+# most 1,024 rows, so a read by sequence or by subject of a compacted or rewritten file decodes as
+# little as one of a fresh file (parquet-java counts rows only with `block.row.count.limit`; the byte
+# bound below still cuts groups of large messages); no statistics on payloads (a group's footer entry
+# would carry two of them, and nothing prunes by them).
+# A job's session copies these into the Hadoop configuration its writes see; a new session gets them
+# as `spark.hadoop.*` too.
+ROW_GROUP_ROWS = 1024
+PARQUET_WRITE_SETTINGS: dict[str, str] = {
+    "parquet.block.row.count.limit": str(ROW_GROUP_ROWS),
+    "parquet.column.statistics.enabled#data": "false",
+}
 SESSION_SETTINGS: dict[str, str] = {
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.sql.session.timeZone": "UTC",
+    **PARQUET_WRITE_SETTINGS,
 }
 
 _SETTINGS: dict[str, str] = {
-    **SESSION_SETTINGS,
+    **{key: value for key, value in SESSION_SETTINGS.items() if key.startswith("spark.")},
+    **{f"spark.hadoop.{key}": value for key, value in PARQUET_WRITE_SETTINGS.items()},
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     "spark.driver.memory": "2g",

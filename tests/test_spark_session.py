@@ -7,6 +7,7 @@ import pytest
 from deltalake import write_deltalake
 from pyspark.sql import SparkSession
 
+from engine.store.delta import ROW_GROUP_ROWS
 from tests.conftest import restore_session, session_state
 
 pytestmark = pytest.mark.spark
@@ -52,7 +53,7 @@ def test_a_test_gets_the_shared_session_back_as_it_was(shared_spark: SparkSessio
 
 
 def test_files_spark_writes_have_small_row_groups(spark: SparkSession, tmp_path: Path) -> None:
-    """~24 MB of incompressible rows in one file: several row groups of about 8 MiB, not one of 128 MiB."""
+    """~24 MB of incompressible rows in one file: row groups of at most 1,024 rows and 8 MiB, not one of 128 MiB."""
     import pyarrow.parquet as pq
 
     rows = spark.range(0, 240_000, numPartitions=1).selectExpr("id AS seq", "unhex(sha2(cast(id AS STRING), 512)) AS a",
@@ -64,3 +65,5 @@ def test_files_spark_writes_have_small_row_groups(spark: SparkSession, tmp_path:
     sizes = [meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)]
     assert sum(sizes) > 20 * 1024 * 1024, sizes
     assert len(sizes) >= 2 and max(sizes) <= 12 * 1024 * 1024, sizes
+    rows = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    assert max(rows) <= ROW_GROUP_ROWS, "rows per group as the engine's flusher writes them"

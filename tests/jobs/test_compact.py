@@ -6,12 +6,15 @@ from __future__ import annotations
 import os
 import time
 
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from engine import JetStream
+from engine import JetStream, ManualClock
+from engine.store.delta import ROW_GROUP_ROWS
 from jobs import compact
+from tests.conftest import reopen
 from tests.gateway import Gateway
 from tests.jobs.test_both_writers import assert_both_writers_protocol, spark_rows, table_rows
 from tests.jobs.test_retention import run_job_under_load
@@ -58,6 +61,41 @@ def test_a_thousand_small_commits_read_from_a_handful_of_files_after(js: JetStre
     js.publish_one("small.0", b"after")  # the flusher appends on top of Spark's commits
     js.flush()
     assert len(DeltaTable(str(path)).to_pyarrow_table(columns=["seq"])) == 1001
+
+
+def test_compacted_files_keep_row_groups_a_point_read_decodes_cheaply(js: JetStream, spark: SparkSession,
+                                                                      clock: ManualClock) -> None:
+    """Compaction writes row groups like the flusher's: at most ROW_GROUP_ROWS rows, no statistics on
+    payloads; a point read after it decodes only such small groups, not an 8 MiB one."""
+    js.add_stream({"name": "PTS", "subjects": ["pts.*"]})
+    for flush in range(12):  # 12 small files of 500 rows in one partition
+        for i in range(500):
+            js.publish_one(f"pts.{i % 7}", f"{flush}-{i}".encode() * 10)
+        js.flush()
+    path = js.layout.stream_table("PTS")
+
+    figures = compact.run(spark, js.layout)
+
+    assert figures["errors"] == 0 and figures["files_removed"] == 12
+    files = DeltaTable(str(path)).file_uris()
+    assert len(files) == 1
+    meta = pq.read_metadata(files[0])
+    groups = [meta.row_group(i) for i in range(meta.num_row_groups)]
+    assert sum(g.num_rows for g in groups) == 6000 and len(groups) >= 6000 // ROW_GROUP_ROWS
+    assert max(g.num_rows for g in groups) <= ROW_GROUP_ROWS, [g.num_rows for g in groups]
+    names = [groups[0].column(i).path_in_schema for i in range(groups[0].num_columns)]
+    assert all(g.column(names.index("data")).statistics is None for g in groups), "no payload in the footer"
+    assert all(g.column(names.index("seq")).statistics.has_min_max for g in groups), "groups found by `seq`"
+    assert sorted(pq.read_table(files[0], columns=["seq"]).column("seq").to_pylist()) == list(range(1, 6001))
+
+    js = reopen(js, clock)  # a fresh engine: its reads come from the compacted file
+    try:
+        msg = js.get_message("PTS", 3777)
+        assert (msg.subject, msg.data) == (f"pts.{3776 % 500 % 7}", f"{3776 // 500}-{3776 % 500}".encode() * 10)
+        windows = js.stream("PTS").store.reads._row_groups.windows()
+        assert windows and all(w.rows <= ROW_GROUP_ROWS for w in windows), [w.rows for w in windows]
+    finally:
+        js.close()
 
 
 def test_compact_under_a_publish_and_ack_load(gateway: Gateway, spark: SparkSession) -> None:
