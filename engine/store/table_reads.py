@@ -3,12 +3,14 @@
 The table's files are known from the Delta log's `add` actions (path, partition, `seq` and `ts`
 statistics); a file's Parquet footer is parsed once and its row groups chosen by their own `seq`
 statistics, so a read by sequence decodes one row group (1,024 rows as the flusher writes them),
-found without a scan, and converts only the row it returns. Decoded row groups and parsed footers
+found without a scan, and only the columns a message is made of, and converts only the row it
+returns. Decoded row groups and parsed footers
 share one byte-bounded LRU (a KV get after a restart costs no I/O the second time). Reads are
 single-threaded (two cores are shared; a thread pool's hand-offs cost more than a small group's
 decode) and pre-buffer only on S3. The index (engine/index.py) reads its block details here: the
 `seq`, `subject`, `size` and `ts` columns of the rows in a range of sequences, without payloads; a
-search by time reads `seq` and `ts` only. An encrypted stream's reads open what they return
+search by time reads `seq` and `ts` only, one row group at a time from the first whose `ts`
+statistics reach the time. An encrypted stream's reads open what they return
 (`opener`, engine/store/sealed.py): its decoded row groups keep the sealed values and open a row when
 it is read (sealed_window.py), and a message whose values do not open answers its own error; protected
 subjects are opened for the index too (`subject_opener`).
