@@ -12,6 +12,9 @@ Three scenarios, each run against a JetLake gateway and against nats-server in t
 - `streams`: S streams with one durable consumer and a few messages each: RSS, log segments, threads
   and open files, restart time and RSS after it (nats-server fed by nats-py).
 
+Reads are measured over HTTP and again through JetLake's NATS door (`nats_door`) with the same
+nats-py requests (`$JS.API.STREAM.MSG.GET`) that measure nats-server: the same client, the same protocol.
+
 Prints one JSON line on stdout (progress on stderr). `--quick` shrinks every size. Everything binds to
 127.0.0.1; every process started here is stopped by its PID.
 """
@@ -41,6 +44,7 @@ from bench.common import (  # noqa: E402
     RawHTTP,
     build_request,
     find_nats_server,
+    free_port,
     http_call,
     log,
     pct_ms,
@@ -321,7 +325,8 @@ def scenario_messages(args: argparse.Namespace, workdir: Path) -> dict:
     out: dict = {"messages": total, "subjects": 10, "payload": PAYLOAD}
     warehouse = workdir / "wh-messages"
     warehouse.mkdir()
-    extra = ["--flush-interval", "1", "--nats-port", "0"]  # no NATS door: 4222 may be taken
+    nats_port = free_port()  # reads are measured through both doors; the NATS one with nats-server's client
+    extra = ["--flush-interval", "1", "--nats-port", str(nats_port)]
     proc, port, startup = start_gateway(JETLAKE, warehouse, workdir / "messages.log", extra=extra)
     jl: dict = {"startup_s": startup}
     try:
@@ -345,6 +350,7 @@ def scenario_messages(args: argparse.Namespace, workdir: Path) -> dict:
         t_first, t_last = _parse_time(first["message"]["time"]), _parse_time(last["message"]["time"])
         times = [rng.randint(t_first, t_last) for _ in range(SAMPLES // 4)]
         jl["get_by_time"] = timed_gets(port, [f"/v1/streams/CAP/messages?start_time={rfc3339(t)}" for t in times])
+        jl["nats_door"] = nats_reads(f"nats://{HOST}:{nats_port}", "CAP", seqs, times, [])
         jl["rss_after_reads_mb"] = rss_mb(proc.pid)
         jl["index_bytes"] = _index_bytes(port, "CAP")
         if not args.skip_retention:
@@ -432,7 +438,8 @@ def scenario_subjects(args: argparse.Namespace, workdir: Path, kind: str) -> dic
     out: dict = {"messages": total, "subjects": total if kind == "distinct" else 1000, "payload": PAYLOAD}
     warehouse = workdir / f"wh-subjects-{kind}"
     warehouse.mkdir()
-    extra = ["--flush-interval", "1", "--nats-port", "0"]  # no NATS door: 4222 may be taken
+    nats_port = free_port()
+    extra = ["--flush-interval", "1", "--nats-port", str(nats_port)]
     proc, port, _ = start_gateway(JETLAKE, warehouse, workdir / f"subjects-{kind}.log", extra=extra)
     jl: dict = {}
     rng = random.Random(2)
@@ -451,6 +458,7 @@ def scenario_subjects(args: argparse.Namespace, workdir: Path, kind: str) -> dic
         proc, port, jl["restart_s"] = restart_gateway(proc, {}, warehouse, workdir, f"subjects-{kind}", extra)
         jl["rss_after_restart_mb"] = rss_mb(proc.pid)
         jl["last_by_subj"] = timed_gets(port, [f"/v1/streams/CAP/messages?last_by_subj={s}" for s in subjects])
+        jl["nats_door"] = nats_reads(f"nats://{HOST}:{nats_port}", "CAP", [], [], subjects)
         t0 = time.monotonic()
         status, info = http_call(port, "GET", "/v1/streams/CAP?subjects_filter=cap.*")
         jl["subjects_filter_page_s"] = round(time.monotonic() - t0, 3)
@@ -472,6 +480,8 @@ def scenario_subjects(args: argparse.Namespace, workdir: Path, kind: str) -> dic
         "rss_after_restart": ratio(jl.get("rss_after_restart_mb"), nats.get("rss_after_restart_mb")),
         "restart_s": ratio(jl.get("restart_s"), nats.get("restart_s")),
         "disk_bytes": ratio(jl.get("disk_bytes"), nats.get("disk_bytes")),
+        "last_by_subj_p50_same_client": ratio(jl.get("nats_door", {}).get("last_by_subj", {}).get("p50_ms"),
+                                              nats.get("last_by_subj", {}).get("p50_ms")),
     }
     return out
 
