@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
 """Encryption at rest, on beside off: the gateway's publish, consume and KV figures in one run.
 
-Run:  .venv/bin/python bench/encryption.py [--quick] [--rounds N]
+Run:  .venv/bin/python bench/encryption.py [--quick] [--rounds N] [--payloads distinct|repeated] [--no-shred]
 
 Progress goes to stderr; at the end exactly one JSON line with every figure goes to stdout.
 
 Each round starts two gateways in turn on fresh warehouses, one plain and one with
 `--config` holding `jetstream { key, cipher: aes }` (every stream sealed, engine/store/sealed.py),
-alternating which goes first, and measures on each (1 KiB payloads):
+alternating which goes first, and measures on each (1 KiB payloads, the same ones for on and off):
+  (warm-up)  200 single publishes first, unmeasured: the stream's first data key, imports, first-use costs;
   pub_a      one client, one message at a time (`POST /v1/publish/{subject}`, keep-alive): msgs/s, p50/p99;
   pub_b      one client, batches of 1,000 (`application/x-jetlake-batch`), a header on every message: msgs/s;
   flush_s    `POST /v1/flush` of what (a) and (b) published (the sealed batches are committed as they are);
+             `table_mb`: the table's Parquet bytes then;
   restart_s  the gateway stopped and started again (the sealed table is read back, msg ids from sealed headers);
   consume    after the restart, so every read decrypts from the table: a pull consumer, batches of 500,
              one ack request per batch: msgs/s;
@@ -21,6 +23,17 @@ alternating which goes first, and measures on each (1 KiB payloads):
              beside the running gateway: `shred_gone_s` from the request until the erasure's receipt says
              done (the bytes rewritten away and vacuumed; a Spark process's start included).
 `ratio_<phase>` = on / off of the best round (for rates: above 1 is faster with encryption).
+`<phase>_cpu_us`: the gateway's CPU time (user + system, /proc/PID/stat) per message or operation of the
+phase (its background flusher included: what a phase costs the machine); `cpu_ratio_<phase>` = off / on of
+the best round, comparable to the throughput ratios and far less noisy on a shared machine (the wall
+ratios move by ±30 % with other load; CPU time moves too, less). `loadavg` is the machine's at the end.
+
+Payloads (`--payloads`): `distinct` (the default) gives every message its own JSON-like record (a
+distinct id, random tokens and numbers, ~700 bytes of text cut at a random place from a few MB of random
+words), as events are; `repeated` sends one 1 KiB value (`bytes(range(256)) * 4`) for every message,
+what this bench used to do. Repeated values flatter "off": Parquet's dictionary keeps one copy of the
+value per column chunk, while ciphertext is distinct per message and does not compress, so "on" flushes
+~100x the bytes; with distinct payloads both sides write about the same bytes.
 Every process started here is stopped by its PID.
 """
 
@@ -28,6 +41,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import random
 import statistics
 import subprocess
 import sys
@@ -46,6 +61,7 @@ from common import (  # noqa: E402
     loads,
     log,
     pct_ms,
+    proc_cpu_s,
     rate,
     set_log_name,
     start_gateway,
@@ -57,17 +73,70 @@ from api.http.binary_batch import MEDIA_TYPE, encode  # noqa: E402
 
 JETLAKE = Path(sys.prefix) / "bin" / "jetlake"
 KEY = "bench-encryption-key-0123456789abcdef"
-PAYLOAD = bytes(range(256)) * 4  # 1 KiB
+PAYLOAD = bytes(range(256)) * 4  # 1 KiB, `--payloads repeated`
+WARM_UP = 200  # messages published before pub_a, not measured (consumed with the rest)
 SIZES = {
     "quick": {"pub_a": 1_000, "pub_b": 20_000, "kv": 500, "shred": 5_000},
     "moderate": {"pub_a": 5_000, "pub_b": 200_000, "kv": 2_000, "shred": 100_000},
 }
 
 
-def publish_one_at_a_time(port: int, n: int) -> dict:
+class Payloads:
+    """The messages' payloads: every one distinct (JSON-like records), or PAYLOAD for all (`repeated`).
+    Seeded, so the runs with encryption on and off send the same bytes."""
+
+    def __init__(self, kind: str, seed: int = 13) -> None:
+        self.kind = kind
+        self._random = random.Random(seed)
+        words = [f"{self._random.choice('bcdfghklmnprstvz')}{self._random.choice('aeiou')}"
+                 f"{self._random.choice('bcdfghklmnprstvz')}{self._random.choice('aeiouy')}"[: self._random.randint(2, 4)]
+                 for _ in range(4_000)]
+        self._text = " ".join(self._random.choices(words, k=800_000))  # ~3 MB of random words
+        self._next_id = 0
+
+    def take(self, n: int) -> list[bytes]:
+        if self.kind == "repeated":
+            return [PAYLOAD] * n
+        out = []
+        r = self._random
+        for _ in range(n):
+            self._next_id += 1
+            at = r.randrange(len(self._text) - 800)
+            record = (f'{{"id":{self._next_id},"user":"u{r.randrange(1_000_000)}","token":"{r.getrandbits(128):032x}",'
+                      f'"amount":{r.random() * 1000:.2f},"count":{r.randrange(100)},"status":"{r.choice(_STATUSES)}",'
+                      f'"note":"{self._text[at : at + 1024]}')
+            out.append(record[:1022].encode() + b'"}')
+        return out
+
+
+_STATUSES = ("new", "paid", "shipped", "returned", "cancelled")
+
+
+class CpuMeter:
+    """The gateway's CPU seconds (user + system) over a phase, per message or operation in µs."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._start: float | None = None
+
+    def __enter__(self) -> CpuMeter:
+        self._start = proc_cpu_s(self.pid)
+        return self
+
+    def per_op_us(self, n: int) -> float | None:
+        end = proc_cpu_s(self.pid)
+        if self._start is None or end is None or not n:
+            return None
+        return round((end - self._start) * 1e6 / n, 1)
+
+    def __exit__(self, *_: object) -> None:
+        pass
+
+
+def publish_one_at_a_time(port: int, n: int, payloads: Payloads) -> dict:
     c = RawHTTP(port)
-    requests = [build_request("POST", f"/v1/publish/bench.{i % 16}", port, PAYLOAD, "application/octet-stream")
-                for i in range(n)]
+    requests = [build_request("POST", f"/v1/publish/bench.{i % 16}", port, payload, "application/octet-stream")
+                for i, payload in enumerate(payloads.take(n))]
     times: list[int] = []
     t0 = time.perf_counter_ns()
     for req in requests:
@@ -82,10 +151,13 @@ def publish_one_at_a_time(port: int, n: int) -> dict:
     return {"pub_a_msgs_s": rate(n, t0, t1), "pub_a_p50_ms": pct_ms(times, 0.5), "pub_a_p99_ms": pct_ms(times, 0.99)}
 
 
-def publish_batches(port: int, n: int, subject: str = "bench.b.{i}", batch: int = 1_000) -> dict:
+def publish_batches(port: int, n: int, payloads: Payloads, subject: str = "bench.b.{i}", batch: int = 1_000) -> dict:
     c = RawHTTP(port)
-    bodies = [encode([(subject.format(i=(k + j) % 64), PAYLOAD, {"X-Trace": [f"t{k + j}"]}) for j in range(batch)])
-              for k in range(0, n, batch)]
+    bodies = []
+    for k in range(0, n, batch):
+        values = payloads.take(batch)
+        bodies.append(encode([(subject.format(i=(k + j) % 64), values[j], {"X-Trace": [f"t{k + j}"]})
+                              for j in range(batch)]))
     requests = [build_request("POST", "/v1/publish", port, body, MEDIA_TYPE) for body in bodies]
     t0 = time.perf_counter_ns()
     for req in requests:
@@ -119,32 +191,35 @@ def consume(port: int, total: int) -> dict:
     return {"consume_msgs_s": rate(got, t0, t1)}
 
 
-def kv_ops(port: int, n: int) -> dict:
+def kv_ops(port: int, n: int, payloads: Payloads, pid: int) -> dict:
     status, body = http_call(port, "POST", "/v1/kv", {"bucket": "bench"})
     if status not in (200, 201):
         raise RuntimeError(f"kv create -> {status} {body}")
     c = RawHTTP(port)
-    puts = [build_request("PUT", f"/v1/kv/bench/entries/k{i}", port, PAYLOAD, "application/octet-stream") for i in range(n)]
+    puts = [build_request("PUT", f"/v1/kv/bench/entries/k{i}", port, payload, "application/octet-stream")
+            for i, payload in enumerate(payloads.take(n))]
     gets = [f"GET /v1/kv/bench/entries/k{i} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode() for i in range(n)]
     figures = {}
     for name, requests in (("kv_put", puts), ("kv_get", gets)):
-        t0 = time.perf_counter_ns()
-        for req in requests:
-            status, raw = c.request(req)
-            if status != 200:
-                raise RuntimeError(f"{name} -> {status} {raw[:200]!r}")
-        figures[f"{name}_ops_s"] = rate(n, t0, time.perf_counter_ns())
+        with CpuMeter(pid) as cpu:
+            t0 = time.perf_counter_ns()
+            for req in requests:
+                status, raw = c.request(req)
+                if status != 200:
+                    raise RuntimeError(f"{name} -> {status} {raw[:200]!r}")
+            figures[f"{name}_ops_s"] = rate(n, t0, time.perf_counter_ns())
+            figures[f"{name}_cpu_us"] = cpu.per_op_us(n)
     c.close()
     return figures
 
 
-def shred(port: int, n: int, warehouse: Path, config: Path | None) -> dict:
+def shred(port: int, n: int, warehouse: Path, config: Path | None, payloads: Payloads) -> dict:
     body = {"name": "USERS", "subjects": ["users.>"], "metadata": {"jetlake.key_tokens": "2"}}
     status, answer = http_call(port, "POST", "/v1/streams", body)
     if status != 201:
         raise RuntimeError(f"stream -> {status} {answer}")
-    publish_batches(port, n, subject="users.42.{i}")
-    publish_batches(port, 1_000, subject="users.7.{i}")
+    publish_batches(port, n, payloads, subject="users.42.{i}")
+    publish_batches(port, 1_000, payloads, subject="users.7.{i}")
     http_call(port, "POST", "/v1/flush", {}, timeout=600)
     t0 = time.perf_counter()
     status, answer = http_call(port, "POST", "/v1/erasures", {"stream": "USERS", "filter": "users.42.>"}, timeout=600)
@@ -174,7 +249,7 @@ def physically_gone(port: int, erasure: str, warehouse: Path, config: Path | Non
     return round(time.perf_counter() - t0, 3), answer.get("receipt", {})
 
 
-def run_mode(work: Path, encrypted: bool, sizes: dict) -> dict:
+def run_mode(work: Path, encrypted: bool, sizes: dict, payload_kind: str, with_shred: bool) -> dict:
     name = "on" if encrypted else "off"
     warehouse = work / f"wh-{name}"
     warehouse.mkdir()
@@ -184,16 +259,25 @@ def run_mode(work: Path, encrypted: bool, sizes: dict) -> dict:
         config.write_text(f'jetstream {{ key: "{KEY}", cipher: aes }}\n')
         extra += ["--config", str(config)]
     figures: dict = {}
+    payloads = Payloads(payload_kind)
     proc, port, _ = start_gateway(JETLAKE, warehouse, work / f"gateway-{name}.log", extra)
     try:
         http_call(port, "POST", "/v1/streams", {"name": "BENCH", "subjects": ["bench.>"]})
+        publish_one_at_a_time(port, WARM_UP, payloads)  # first-use costs (the stream's data key, imports) unmeasured
         log(f"{name}: publish one at a time ({sizes['pub_a']})")
-        figures.update(publish_one_at_a_time(port, sizes["pub_a"]))
+        with CpuMeter(proc.pid) as cpu:
+            figures.update(publish_one_at_a_time(port, sizes["pub_a"], payloads))
+            figures["pub_a_cpu_us"] = cpu.per_op_us(sizes["pub_a"])
         log(f"{name}: publish in batches ({sizes['pub_b']})")
-        figures.update(publish_batches(port, sizes["pub_b"]))
+        with CpuMeter(proc.pid) as cpu:
+            figures.update(publish_batches(port, sizes["pub_b"], payloads))
+            figures["pub_b_cpu_us"] = cpu.per_op_us(sizes["pub_b"])
         t0 = time.perf_counter()
-        http_call(port, "POST", "/v1/flush", {}, timeout=600)
-        figures["flush_s"] = round(time.perf_counter() - t0, 3)
+        with CpuMeter(proc.pid) as cpu:
+            http_call(port, "POST", "/v1/flush", {}, timeout=600)
+            figures["flush_s"] = round(time.perf_counter() - t0, 3)
+            figures["flush_cpu_us"] = cpu.per_op_us(sizes["pub_a"] + sizes["pub_b"])
+        figures["table_mb"] = round(sum(f.stat().st_size for f in (warehouse).rglob("*.parquet")) / 1e6, 2)
     finally:
         stop_process(proc, f"gateway {name}")
     t0 = time.perf_counter()
@@ -201,11 +285,14 @@ def run_mode(work: Path, encrypted: bool, sizes: dict) -> dict:
     figures["restart_s"] = round(time.perf_counter() - t0, 3)
     try:
         log(f"{name}: consume after the restart")
-        figures.update(consume(port, sizes["pub_a"] + sizes["pub_b"]))
+        with CpuMeter(proc.pid) as cpu:
+            figures.update(consume(port, WARM_UP + sizes["pub_a"] + sizes["pub_b"]))
+            figures["consume_cpu_us"] = cpu.per_op_us(WARM_UP + sizes["pub_a"] + sizes["pub_b"])
         log(f"{name}: KV ({sizes['kv']})")
-        figures.update(kv_ops(port, sizes["kv"]))
-        log(f"{name}: erasure of a subject prefix ({sizes['shred']})")
-        figures.update(shred(port, sizes["shred"], warehouse, config if encrypted else None))
+        figures.update(kv_ops(port, sizes["kv"], payloads, proc.pid))
+        if with_shred:
+            log(f"{name}: erasure of a subject prefix ({sizes['shred']})")
+            figures.update(shred(port, sizes["shred"], warehouse, config if encrypted else None, payloads))
     finally:
         stop_process(proc, f"gateway {name}")
     return figures
@@ -218,7 +305,7 @@ def best(rounds: list[dict]) -> dict:
         values = [r[key] for r in rounds if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
         if not values:
             out[key] = rounds[0][key]
-        elif key.endswith(("_s", "_ms")) and not key.endswith(("msgs_s", "ops_s")):
+        elif key.endswith(("_s", "_ms", "_us")) and not key.endswith(("msgs_s", "ops_s")):
             out[key] = min(values)
         else:
             out[key] = max(values)
@@ -230,6 +317,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, one round")
     parser.add_argument("--rounds", type=int, default=None, help="rounds of off and on (default 1 quick, 2 otherwise)")
+    parser.add_argument("--payloads", choices=("distinct", "repeated"), default="distinct",
+                        help="distinct JSON-like records (default), or one repeated 1 KiB value (the old figures)")
+    parser.add_argument("--no-shred", action="store_true", help="skip the erasure phase (a Spark job per round)")
     args = parser.parse_args()
     sizes = SIZES["quick" if args.quick else "moderate"]
     rounds = args.rounds or (1 if args.quick else 2)
@@ -239,13 +329,18 @@ def main() -> int:
             for encrypted in ((False, True) if r % 2 == 0 else (True, False)):
                 work = Path(tmp) / f"round{r}-{'on' if encrypted else 'off'}"
                 work.mkdir()
-                results["on" if encrypted else "off"].append(run_mode(work, encrypted, sizes))
+                results["on" if encrypted else "off"].append(
+                    run_mode(work, encrypted, sizes, args.payloads, not args.no_shred))
     off, on = best(results["off"]), best(results["on"])
     ratios = {f"ratio_{k}": round(on[k] / off[k], 3) for k in off
-              if isinstance(off[k], (int, float)) and not isinstance(off[k], bool) and off[k] and on.get(k)}
+              if isinstance(off[k], (int, float)) and not isinstance(off[k], bool) and off[k] and on.get(k)
+              and not k.endswith("_cpu_us")}
+    ratios.update({f"cpu_ratio_{k.removesuffix('_cpu_us')}": round(off[k] / on[k], 3) for k in off
+                   if k.endswith("_cpu_us") and off[k] and on.get(k)})
     spread = {k: [r[k] for r in results["on"]] for k in ("pub_a_msgs_s", "pub_b_msgs_s", "consume_msgs_s")}
     log(f"rounds with encryption on: {spread}")
     print(json.dumps({"bench": "encryption", "quick": args.quick, "rounds": rounds, "sizes": sizes,
+                      "payloads": args.payloads, "loadavg": os.getloadavg(),
                       "off": off, "on": on, **ratios,
                       "pub_b_on_median": statistics.median(spread["pub_b_msgs_s"])}), flush=True)
     return 0
