@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,6 +51,16 @@ def test_jobs_keep_no_copy_of_an_engine_format() -> None:
 def test_the_gateway_does_not_load_spark_at_import() -> None:
     for path, names in _imports("api", top_level_only=True).items():
         assert not {n for n in names if n.split(".")[0] in {"pyspark", "jobs"}}, f"{path} imports Spark at module level"
+
+
+def test_a_single_gateway_does_not_load_what_only_a_cluster_or_the_nats_door_needs() -> None:
+    """What the gateway imports before it serves is its start-up time: the proxy's HTTP client and the
+    NATS door are imported when a cluster or a NATS port asks for them."""
+    probe = "import sys, api.cli, api.http.app; print(sorted({'httpx', 'api.nats.server', 'pyspark'} & set(sys.modules)))"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    loaded = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.strip() == "[]"
 
 
 def test_the_front_doors_do_not_know_each_other() -> None:

@@ -15,8 +15,8 @@ from fastapi import FastAPI
 from api.http import errors
 from api.auth import Authenticator
 from api.http.fast_paths import FastPaths
-from api.http.forwarding import ForwardingMiddleware, Locator
 from api.http.gate import Gate, GateMiddleware
+from api.http.peers import Locator
 from api.http.routes import accounts, cluster as cluster_routes, consumers, erasures, kv, objects, publish, streams, system
 from engine.accounts.config import ConfigError
 from engine.accounts.config import load as load_config
@@ -80,6 +80,9 @@ def create_app(
 
     app.add_middleware(FastPaths)
     if locator is not None:
+        # Imported here: its HTTP client (httpx) costs a single gateway's start-up and is used only in a cluster.
+        from api.http.forwarding import ForwardingMiddleware
+
         app.add_middleware(ForwardingMiddleware, locator=locator)  # inside the gate: the caller is known
     app.add_middleware(GateMiddleware, gate=gate)
     errors.install(app)
