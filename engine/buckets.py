@@ -82,7 +82,8 @@ class Buckets:
         raise NotImplementedError
 
     def names(self) -> list[str]:
-        return sorted(s.name[len(self.prefix) :] for s in self.js.streams() if s.name.startswith(self.prefix))
+        names = self.js.stream_names(limit=2**31)["streams"]
+        return [name[len(self.prefix) :] for name in names if name.startswith(self.prefix)]
 
     def list(self) -> dict[str, Any]:
         buckets = []

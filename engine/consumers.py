@@ -65,6 +65,10 @@ class Consumers:
         self._scoped: dict[str, AckStore] = {}
         self._sync_always = sync_always
         self._backlog = backlog
+        # Read once at start (`prepare`) for every stream; a stream opened later (engine/catalog.py)
+        # restores its consumers from what is left here, and takes it out.
+        self._histories: dict[str, ConsumerHistory] | None = None
+        self._unrestored: dict[str, list[str]] = {}  # consumer config keys by stream folder
         self.notify: Callable[[str], None] | None = None
         self.limits = account_limits.UNLIMITED_LIMITS  # the account's JetStream limits, set by the engine
         # Called (stream, consumer, stream seq, deliveries) when a message reaches max_deliver, under the
@@ -77,13 +81,39 @@ class Consumers:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def open(self, streams: dict[str, Stream]) -> None:
-        if self.scoped:
-            return  # each stream's ack store opens with the stream (`open_stream`)
-        self.acks.create()
-        histories = self.acks.recover()
-        configs = self._config_keys()
+        self.prepare()
         for stream in streams.values():
-            self._restore(stream, configs.get(self.layout.consumer_configs_key(stream.name), []), histories)
+            self.restore_stream(stream)
+
+    def prepare(self) -> None:
+        """Reads every consumer's history (the ack table and log, once) and lists every consumer config
+        (once): the streams opened at start and those opened later restore from them."""
+        if self.scoped or self._histories is not None:
+            return  # scoped: each stream's ack store opens with the stream (`open_stream`)
+        self.acks.create()
+        self._histories = self.acks.recover()
+        self._unrestored = self._config_keys()
+
+    def restore_stream(self, stream: Stream) -> None:
+        """Reopens the consumers of a stream opened after the start (or at it)."""
+        if self.scoped or self._histories is None:
+            return
+        keys = self._unrestored.pop(self.layout.consumer_configs_key(stream.name), [])
+        self._restore(stream, keys, self._histories)
+
+    def act_alone(self, stream: str) -> bool:
+        """Whether a stream has a consumer that acts unasked, so the stream is opened at start: a push
+        consumer delivers, an ephemeral one or one with an inactivity threshold goes away on its own."""
+        for key in self._unrestored.get(self.layout.consumer_configs_key(stream), []):
+            record = orjson.loads(self.layout.objects.get(key).data)
+            config = record.get("config") or {}
+            if record.get("ephemeral") or config.get("deliver_subject") or config.get("inactive_threshold"):
+                return True
+        return False
+
+    def unrestored(self, stream: str) -> int:
+        """How many consumers of a stream not opened yet wait to be restored."""
+        return len(self._unrestored.get(self.layout.consumer_configs_key(stream), []))
 
     def open_stream(self, stream: Stream, lease: Lease) -> None:
         """A stream this gateway now owns (scoped mode): its ack store, fenced by `lease`, and its consumers."""
@@ -121,7 +151,7 @@ class Consumers:
             record = orjson.loads(self.layout.objects.get(key).data)
             config = parse_consumer_config(_config_json(stream, record))
             consumer = Consumer(stream, config, record["name"], record["consumer_id"], record["created"], record["ephemeral"])
-            history = histories.get(consumer.consumer_id)
+            history = histories.pop(consumer.consumer_id, None)
             consumer.restore(history.snapshot if history and history.snapshot else record["start"])
             for event in history.events if history else []:
                 consumer.apply(event)

@@ -13,6 +13,7 @@ server/jetstream.go and the stream parts of server/jetstream_api.go.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import uuid
@@ -26,6 +27,7 @@ import numpy as np
 import orjson
 
 from engine import encryption, errors
+from engine.catalog import CatalogEntry, StreamRecord
 from engine.accounts import limits as account_limits
 from engine.accounts.limits import UNLIMITED_LIMITS, AccountLimits
 from engine.errors import JetStreamError
@@ -37,11 +39,12 @@ from engine.flusher import ACKS, Flusher, FlushResult, FlushStats
 from engine.info import rfc3339, state_json
 from engine.keys import Keyring, MasterKey
 from engine.kv import KeyValueStores
+from engine.objects import STREAM_PREFIX as OBJECT_STREAM_PREFIX
 from engine.objects import ObjectStores
-from engine.pipeline import GroupCommit
 from engine.store.backlog import DEFAULT_MAX_LOG_BYTES, DEFAULT_MAX_TOTAL_BYTES, Backlog
 from engine.store.base import StoredMessage, StreamStore
 from engine.store.delta import DEFAULT_CACHE_BYTES, DeltaStore
+from engine.store.erasures import pending_requests
 from engine.store.layout import Layout
 from engine.store.lease import OwnerLock
 from engine.store.leases import Lease
@@ -88,15 +91,6 @@ class EngineOptions:
     cluster: bool = False  # several gateways: streams are owned one by one (`take`), not the warehouse
 
 
-@dataclass
-class _Entry:
-    stream: Stream
-    commit: GroupCommit[InboundMessage, PublishResult] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.commit = GroupCommit(self.stream.process)
-
-
 class JetStream:
     """Every stream of one account in one warehouse."""
 
@@ -111,9 +105,9 @@ class JetStream:
         self._owner = OwnerLock(self.layout)
         self._owner.on_lost = self._deposed
         self.keyring: Keyring | None = None
-        self._streams: dict[str, _Entry] = {}
+        self._streams: dict[str, CatalogEntry] = {}  # every stream; opened on first use (engine/catalog.py)
         self._by_subject: dict[str, str | None] = {}
-        self._tombstones: TombstoneView | None = None  # set while the streams are recovered at open
+        self._tombstones: TombstoneView | None = None  # set while streams are recovered at open, and for later opens
         self._lock = threading.RLock()
         # The gateway's accounts share one backlog (engine/accounts/registry.py): its bound is the gateway's.
         self.backlog = backlog or Backlog(self.options.max_unflushed_bytes, self.options.max_unflushed_total)
@@ -142,6 +136,8 @@ class JetStream:
     def limits(self, value: AccountLimits) -> None:
         self._limits = value
         self.consumers.limits = value
+        if value.limits_bytes:  # every publish sums every stream's bytes
+            self._open_all()
         for stream in self.streams():
             stream.quota = self if value.limits_bytes else None
 
@@ -151,7 +147,7 @@ class JetStream:
         return account_limits.would_exceed(self._limits, storage, used, size)
 
     def _streams_view(self) -> list[Stream]:
-        return [e.stream for e in list(self._streams.values())]
+        return [e.stream for e in list(self._streams.values()) if e.stream is not None]
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -166,14 +162,14 @@ class JetStream:
         self._owner.acquire(self.options.takeover_wait)
         try:
             self._tombstones = TombstoneView(self.layout.tombstones)  # read once for every stream
-            try:
-                self._load_streams(self._stream_config_keys())
-            finally:
+            self.consumers.prepare()
+            opened = self._load_streams(self._stream_config_keys())
+            if all(e.stream is not None for e in self._streams.values()):
                 self._tombstones = None
             from engine.erasures import registry  # pending erasures: forgotten again by the rebuilt memory
 
-            registry(self.layout).forget_pending(e.stream for e in self._streams.values() if e.stream.recovered)
-            self.consumers.open({name: e.stream for name, e in self._streams.items() if e.stream.recovered})
+            registry(self.layout).forget_pending(s for s in opened if s.recovered)
+            self.consumers.open({s.name: s for s in opened if s.recovered})
             self.consumers.notify = self._notify
             self.objects.sweep_orphans()
         except BaseException:
@@ -189,25 +185,25 @@ class JetStream:
         self.flusher.stop()
         if self.opened and self.deposed is not None:
             log.error("engine closed without flushing (the logs keep what is unflushed): %s", self.deposed)
-            for entry in list(self._streams.values()):
-                entry.stream.store.close()
+            for stream in self._streams_view():
+                stream.store.close()
             self.opened = False
         if self.opened and not flush:
-            for entry in list(self._streams.values()):
-                entry.stream.store.close()
+            for stream in self._streams_view():
+                stream.store.close()
             self._owner.release()
             self.opened = False
             log.info("engine closed without flushing (its account is being deleted)")
         if self.opened:
             result = self.flusher.flush()
-            for entry in list(self._streams.values()):
-                if isinstance(entry.stream.store, DeltaStore) and not result.failed:
-                    with entry.stream.lock:
-                        entry.stream.store.snapshot_if_stale(entry.stream.index, entry.stream.dedup_window)
+            for stream in self._streams_view():
+                if isinstance(stream.store, DeltaStore) and not result.failed:
+                    with stream.lock:
+                        stream.store.snapshot_if_stale(stream.index, stream.dedup_window)
                 try:
-                    entry.stream.store.close()
+                    stream.store.close()
                 except OSError as exc:
-                    log.error("closing stream %s's log failed: %s", entry.stream.name, exc)
+                    log.error("closing stream %s's log failed: %s", stream.name, exc)
             self._owner.release()
             self.opened = False
             if result.failed:
@@ -229,17 +225,61 @@ class JetStream:
         return [meta.key for meta in self.layout.objects.list(self.layout.stream_configs_key)
                 if meta.key.endswith(".json") and "/" not in meta.key[len(folder):]]
 
-    def _load_streams(self, keys: list[str]) -> None:
-        """Recovers every stream, a few at a time: a stream's recovery mostly waits on small objects (its
-        config, index snapshot, log folder, the table's latest commit), and each touches only its own
-        state and the shared, read-only tombstone view. They are registered in name order."""
-        if len(keys) < LOAD_PARALLEL_FROM:
-            loaded = [self._load_stream(key) for key in keys]
-        else:
-            with ThreadPoolExecutor(LOAD_THREADS, thread_name_prefix="jetlake-recover") as pool:
-                loaded = list(pool.map(self._load_stream, keys))
-        for stream in loaded:
-            self._streams[stream.name] = _Entry(stream)
+    def _load_streams(self, keys: list[str]) -> list[Stream]:
+        """Reads every stream's record and recovers the streams that cannot wait (engine/catalog.py), a
+        few at a time: a stream's recovery mostly waits on small objects (its config, index snapshot,
+        log folder, the table's latest commit), and each touches only its own state and the shared,
+        read-only tombstone view. They are registered in name order; returns the streams opened."""
+        records = self._map(self._read_record, keys)
+        urgent = self._urgent(records)
+        opened = self._map(lambda r: self._open_record(r), [r for r in records if r.config.name in urgent])
+        by_name = {s.name: s for s in opened}
+        for record in records:
+            stream = by_name.get(record.config.name)
+            self._streams[record.config.name] = CatalogEntry.of(stream) if stream else CatalogEntry(record)
+        log.info("%d streams: %d opened at start, the others on first use", len(records), len(opened))
+        return opened
+
+    @staticmethod
+    def _map(function: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+        if len(items) < LOAD_PARALLEL_FROM:
+            return [function(item) for item in items]
+        with ThreadPoolExecutor(LOAD_THREADS, thread_name_prefix="jetlake-recover") as pool:
+            return list(pool.map(function, items))
+
+    def _urgent(self, records: list[StreamRecord]) -> set[str]:
+        """The streams opened at start (engine/catalog.py says why each)."""
+        names = {r.config.name for r in records}
+        if self.options.wal != "local" or self._limits.limits_bytes:
+            return names  # logs in the object store: not listed here; byte limits: every publish sums them
+        erasing = {r.get("stream_id") for r in pending_requests(self.layout)}
+        return {
+            r.config.name for r in records
+            if r.config.storage != "file" or r.key_tokens is not None or r.stream_id in erasing
+            or r.config.name.startswith(OBJECT_STREAM_PREFIX) or _has_log(self.layout.wal_dir(r.config.name))
+            or self.consumers.act_alone(r.config.name)
+        }
+
+    def _open_all(self) -> None:
+        for entry in list(self._streams.values()):
+            self._opened(entry)
+
+    def _opened(self, entry: CatalogEntry) -> Stream:
+        """The entry's stream, opened now if it was not: recovered, its consumers restored."""
+        stream = entry.stream
+        if stream is not None:
+            return stream
+        with entry.opening:
+            if entry.stream is None:
+                if self.deposed is not None:
+                    raise errors.UnavailableError(f"this gateway no longer owns the warehouse: {self.deposed}")
+                assert entry.record is not None
+                stream = self._open_record(entry.record)
+                if stream.recovered:
+                    self.consumers.restore_stream(stream)
+                entry.attach(stream)
+            assert entry.stream is not None
+            return entry.stream
 
     def take(self, name: str, lease: Lease) -> None:
         """Serves a stream this gateway now owns (several gateways), recovered under `lease`, whose token
@@ -255,13 +295,13 @@ class JetStream:
         registry(self.layout).forget_pending([stream])
         self.consumers.open_stream(stream, lease)
         with self._lock:
-            self._streams[name] = _Entry(stream)
+            self._streams[name] = CatalogEntry.of(stream)
             self._by_subject.clear()
 
     def hand_over(self, name: str) -> None:
         """Gives a stream up: its log committed, then no more writes (later ones stay in the fenced log)."""
         entry = self._streams.get(name)
-        if entry is None:
+        if entry is None or entry.stream is None:
             return
         self.flusher.flush_stream(entry.stream)
         self._drop(name, "the stream moved to another gateway", flush=True)
@@ -273,7 +313,7 @@ class JetStream:
     def _drop(self, name: str, reason: str, flush: bool) -> None:
         with self.flusher.lock:
             entry = self._streams.get(name)
-            if entry is None:
+            if entry is None or entry.stream is None:
                 return
             stream = entry.stream
             with stream.lock:
@@ -286,16 +326,17 @@ class JetStream:
             self.flusher.forget(name)
         self._notify(name)
 
+    def _read_record(self, key: str) -> StreamRecord:
+        return StreamRecord.from_json(orjson.loads(self.layout.objects.get(key).data))
+
     def _load_stream(self, key: str, lease: Lease | None = None) -> Stream:
+        return self._open_record(self._read_record(key), lease)
+
+    def _open_record(self, record: StreamRecord, lease: Lease | None = None) -> Stream:
         """Recovers one stream; a stream that cannot be recovered is kept apart, refusing every request."""
-        record = orjson.loads(self.layout.objects.get(key).data)
-        config, _ = parse_stream_config(record["config"])
-        config = check_stream_config(config)
+        config, tokens, key_tokens, protected = record.config, record.partition_tokens, record.key_tokens, record.protected
         started = time.monotonic()
-        tokens = record.get("partition_tokens", config.legacy_partition_tokens)
-        key_tokens = encryption.record_key_tokens(record)
-        protected = encryption.record_protected(record)
-        stream = self._new_stream(config, record["created"], record["stream_id"], tokens, key_tokens, protected, lease)
+        stream = self._new_stream(config, record.created_ns, record.stream_id, tokens, key_tokens, protected, lease)
         try:
             stream.recover()
         except Exception as exc:  # noqa: BLE001 - one bad stream must not keep the others from serving
@@ -305,8 +346,7 @@ class JetStream:
                 stream.store.close()
             except OSError:
                 pass  # what it read is dropped with it
-            stream = self._new_stream(config, record["created"], record["stream_id"], tokens, key_tokens, protected,
-                                      lease)
+            stream = self._new_stream(config, record.created_ns, record.stream_id, tokens, key_tokens, protected, lease)
             stream.unavailable = stream.failure = f"recovery failed: {type(exc).__name__}: {exc}"
             stream.recovered = False
         log.info(
@@ -354,13 +394,14 @@ class JetStream:
             raise errors.invalid_config("stream configuration for create can not be sealed")
         config = check_stream_config(config, pedantic)
         with self._lock:
-            others = [e.stream.config for n, e in self._streams.items() if n != config.name]
+            others = [e.config for n, e in self._streams.items() if n != config.name]
             account_limits.check_stream(self._limits, config, others)
             existing = self._streams.get(config.name)
             if existing is not None:
-                _check_available(existing.stream)
-                if same_config(existing.stream.config, config):
-                    return self._info(existing.stream), False
+                stream = self._opened(existing)
+                _check_available(stream)
+                if same_config(stream.config, config):
+                    return self._info(stream), False
                 raise errors.stream_name_exists()
             self._check_overlap(config)
             encryption.check_create(config, self.keyring)
@@ -385,7 +426,7 @@ class JetStream:
                     self.release_stream(config.name)
                 raise
             stream.start_at_first_seq()
-            self._streams[config.name] = _Entry(stream)
+            self._streams[config.name] = CatalogEntry.of(stream)
             self._by_subject.clear()
             return self._info(stream), True
 
@@ -401,7 +442,7 @@ class JetStream:
             stream = self._stream(name)
             check_stream_update(stream.config, config)
             encryption.check_update(stream.config, config, _key_tokens(stream) is not None)
-            others = [e.stream.config for n, e in self._streams.items() if n != name]
+            others = [e.config for n, e in self._streams.items() if n != name]
             account_limits.check_stream(self._limits, config, others, update=stream.config)
             self._check_overlap(config, exclude=name)
             old = stream.config
@@ -417,10 +458,14 @@ class JetStream:
             return self._info(stream)
 
     def delete_stream(self, name: str) -> None:
+        entry = self._streams.get(name)
+        if entry is None:
+            raise errors.StreamNotFoundError()
+        self._opened(entry)  # its consumers' rows and its key go with it
         # Lock order everywhere: the flush lock before the registry lock (flush() takes both).
         with self.flusher.lock, self._lock:
             entry = self._streams.get(name)
-            if entry is None:
+            if entry is None or entry.stream is None:
                 raise errors.StreamNotFoundError()
             with entry.stream.lock:
                 entry.stream.deleted = True
@@ -451,17 +496,36 @@ class JetStream:
             raise errors.bad_request(f"invalid subject {subject!r}")
         if offset < 0 or limit <= 0:
             raise errors.bad_request("offset must be ≥ 0 and limit > 0")
-        with self._lock:
-            streams = [e.stream for _, e in sorted(self._streams.items())]
-        if subject is not None:
-            streams = [s for s in streams if any(subjects_collide(subject, x) for x in s.config.subjects or [])]
-        missing = [s.name for s in streams if s.unavailable is not None]  # as JetStream lists streams it cannot reach
-        streams = [s for s in streams if s.unavailable is None]
-        page = streams[offset : offset + limit]
-        answer = {"total": len(streams), "offset": offset, "limit": limit, "streams": [self._info(s) for s in page]}
+        entries = self._listed(subject)
+        for entry in entries[offset : offset + limit]:
+            self._opened(entry)  # a page of infos opens its streams; the others stay closed
+        missing = [e.stream.name for e in entries if e.stream is not None and e.stream.unavailable is not None]
+        streams = [e for e in entries if e.stream is None or e.stream.unavailable is None]
+        page = [self._info(self._opened(e)) for e in streams[offset : offset + limit]]
+        answer = {"total": len(streams), "offset": offset, "limit": limit, "streams": page}
         if missing:
-            answer["missing"] = missing
+            answer["missing"] = missing  # as JetStream lists streams it cannot reach
         return answer
+
+    def stream_names(self, subject: str | None = None, offset: int = 0, limit: int = 1024) -> dict[str, Any]:
+        """A page of stream names (STREAM.NAMES), from the catalog: no stream is opened."""
+        if subject is not None and not is_valid_subject(subject):
+            raise errors.bad_request(f"invalid subject {subject!r}")
+        if offset < 0 or limit <= 0:
+            raise errors.bad_request("offset must be ≥ 0 and limit > 0")
+        names = [n for n, e in self._listed_items(subject) if e.stream is None or e.stream.unavailable is None]
+        return {"total": len(names), "offset": offset, "limit": limit, "streams": names[offset : offset + limit]}
+
+    def _listed(self, subject: str | None) -> list[CatalogEntry]:
+        return [e for _, e in self._listed_items(subject)]
+
+    def _listed_items(self, subject: str | None) -> list[tuple[str, CatalogEntry]]:
+        """The streams in name order; with `subject`, those whose subjects collide with it."""
+        with self._lock:
+            items = sorted(self._streams.items())
+        if subject is None:
+            return items
+        return [(n, e) for n, e in items if any(subjects_collide(subject, x) for x in e.config.subjects or [])]
 
     def stream(self, name: str) -> Stream:
         return self._stream(name)
@@ -470,6 +534,15 @@ class JetStream:
         entry = self._streams.get(name)
         if entry is None:
             raise errors.StreamNotFoundError()
+        stream = self._opened(entry)
+        _check_available(stream)
+        return stream
+
+    def _stream_if_open(self, name: str) -> Stream | None:
+        """The stream if it is open (an event loop's no-wait path); None when opening it is still to do."""
+        entry = self._streams.get(name)
+        if entry is None or entry.stream is None:
+            return None
         _check_available(entry.stream)
         return entry.stream
 
@@ -490,15 +563,16 @@ class JetStream:
         return None
 
     def streams(self) -> list[Stream]:
+        """The streams opened so far (each serves; the catalog's others have nothing in memory to report)."""
         with self._lock:
-            return [e.stream for e in self._streams.values()]
+            return [e.stream for e in self._streams.values() if e.stream is not None]
 
     def _check_overlap(self, config: StreamConfig, exclude: str | None = None) -> None:
         for name, entry in self._streams.items():
             if name == exclude or name == config.name:
                 continue
             for a in config.subjects or []:
-                for b in entry.stream.config.subjects or []:
+                for b in entry.config.subjects or []:
                     if subjects_collide(a, b):
                         raise errors.subjects_overlap()
 
@@ -526,25 +600,34 @@ class JetStream:
         entry = self._entry_for_subject(subject)
         return entry.stream if entry else None
 
-    def _entry_for_subject(self, subject: str) -> _Entry | None:
-        """The stream capturing a literal subject; answers are cached until the set of streams changes."""
+    def stream_name_for_subject(self, subject: str) -> str | None:
+        """The name of the stream capturing a literal subject, from the catalog (nothing is opened)."""
+        entry = self._entry_for_subject(subject, open_=False)
+        return entry.config.name if entry else None
+
+    def _entry_for_subject(self, subject: str, open_: bool = True) -> CatalogEntry | None:
+        """The stream capturing a literal subject, opened unless `open_` is False (then it may not be);
+        answers are cached until the set of streams changes."""
         try:
             name = self._by_subject[subject]
         except KeyError:
             with self._lock:
                 name = next(
-                    (n for n, e in self._streams.items() if any(subject_matches(f, subject) for f in e.stream.config.subjects or [])),
+                    (n for n, e in self._streams.items() if any(subject_matches(f, subject) for f in e.config.subjects or [])),
                     None,
                 )
                 if len(self._by_subject) > 100_000:
                     self._by_subject.clear()
                 self._by_subject[subject] = name
-        return self._streams.get(name) if name else None
+        entry = self._streams.get(name) if name else None
+        if entry is not None and open_:
+            self._opened(entry)
+        return entry
 
     def publish(self, messages: list[InboundMessage]) -> list[PublishResult]:
         """Publishes in order; each result is a PubAck or the error for that message."""
         results: list[PublishResult | None] = [None] * len(messages)
-        groups: dict[str, tuple[_Entry, list[int], list[InboundMessage]]] = {}
+        groups: dict[str, tuple[CatalogEntry, list[int], list[InboundMessage]]] = {}
         last_subject, last_entry = None, None
         for i, msg in enumerate(messages):
             if msg.subject != last_subject:
@@ -576,7 +659,7 @@ class JetStream:
         if self.notify is not None:
             self.notify(stream_name)
 
-    def _maybe_wake_flusher(self, entry: _Entry) -> None:
+    def _maybe_wake_flusher(self, entry: CatalogEntry) -> None:
         self._notify(entry.stream.name)
         if entry.stream.store.pending_bytes() >= self.options.flush_bytes:
             self.flusher.wake()
@@ -591,9 +674,9 @@ class JetStream:
         subject = messages[0].subject
         if any(m.subject != subject for m in messages) or not is_valid_publish_subject(subject):
             return None
-        entry = self._entry_for_subject(subject)
-        if entry is None or not entry.stream.lock.acquire(blocking=False):
-            return None
+        entry = self._entry_for_subject(subject, open_=False)
+        if entry is None or entry.stream is None or not entry.stream.lock.acquire(blocking=False):
+            return None  # none, not opened yet (opening waits on the disk) or busy
         try:
             results = entry.stream.process([messages])[0]
         finally:
@@ -619,8 +702,8 @@ class JetStream:
         """`publish_batch` at once if that needs no waiting (as `publish_nowait`); None means "use `publish_batch`"."""
         if self.options.sync_always:
             return None
-        entry = self._plain_entry(batch)
-        if entry is None or not entry.stream.lock.acquire(blocking=False):
+        entry = self._plain_entry(batch, open_=False)
+        if entry is None or entry.stream is None or not entry.stream.lock.acquire(blocking=False):
             return None
         try:
             out = entry.stream.process([batch])[0]
@@ -629,7 +712,7 @@ class JetStream:
         self._maybe_wake_flusher(entry)
         return out
 
-    def _plain_entry(self, batch: PlainBatch) -> _Entry | None:
+    def _plain_entry(self, batch: PlainBatch, open_: bool = True) -> CatalogEntry | None:
         """The one stream every subject of a batch goes to; None if there are several, none or a bad subject.
 
         A batch of many distinct subjects is checked as a column: the stream of its first subject must
@@ -639,15 +722,15 @@ class JetStream:
         distinct = set(batch.subjects)
         if len(distinct) > _ROUTE_AS_COLUMN:
             first = batch.subjects[0]
-            entry = self._entry_for_subject(first) if is_valid_publish_subject(first) else None
+            entry = self._entry_for_subject(first, open_) if is_valid_publish_subject(first) else None
             if entry is None:
                 return None
             column = batch.subject_column()
-            captured = matches_mask(list(entry.stream.config.subjects or []), column)
+            captured = matches_mask(list(entry.config.subjects or []), column)
             return entry if bool((captured & valid_publish_mask(column)).all()) else None
-        found: _Entry | None = None
+        found: CatalogEntry | None = None
         for subject in distinct:
-            entry = self._entry_for_subject(subject) if is_valid_publish_subject(subject) else None
+            entry = self._entry_for_subject(subject, open_) if is_valid_publish_subject(subject) else None
             if entry is None or (found is not None and entry is not found):
                 return None
             found = entry
@@ -715,14 +798,16 @@ class JetStream:
 
     def fetch_nowait(self, stream: str, consumer: str, batch: int, max_bytes: int = 0) -> list[Delivery] | None:
         """`fetch` if it needs no waiting (see Consumers.fetch_nowait); None means "use `fetch`"."""
-        return self.consumers.fetch_nowait(self._stream(stream), consumer, batch, max_bytes)
+        target = self._stream_if_open(stream)
+        return None if target is None else self.consumers.fetch_nowait(target, consumer, batch, max_bytes)
 
     def ack(self, stream: str, consumer: str, acks: list[tuple[str | int, str, int]]) -> list[JetStreamError | None]:
         return self.consumers.ack(self._stream(stream), consumer, acks)
 
     def ack_nowait(self, stream: str, consumer: str, acks: list[tuple[str | int, str, int]]) -> list[JetStreamError | None] | None:
         """`ack` if it needs no waiting; None means "use `ack`"."""
-        return self.consumers.ack_nowait(self._stream(stream), consumer, acks)
+        target = self._stream_if_open(stream)
+        return None if target is None else self.consumers.ack_nowait(target, consumer, acks)
 
     def ack_run(
         self, stream: str, consumer: str, seqs: list[int], kind: str, delay: int = 0
@@ -798,7 +883,9 @@ class JetStream:
     # -- account ------------------------------------------------------------------------------
 
     def account_info(self) -> dict[str, Any]:
-        """JetStream's AccountInfo (without `api`, which the front doors count): usage and limits."""
+        """JetStream's AccountInfo (without `api`, which the front doors count): usage and limits. Its
+        usage is every stream's bytes: the streams not opened yet are opened (engine/catalog.py)."""
+        self._open_all()
         streams = self.streams()
         configs = [s.config for s in streams]
         return {
@@ -810,6 +897,15 @@ class JetStream:
             "consumers": sum(s.consumer_count for s in streams),
             "limits": self._limits.to_json(),
         }
+
+
+def _has_log(folder: Path) -> bool:
+    """Whether a stream's local log folder holds a segment (records not yet flushed, maybe)."""
+    try:
+        with os.scandir(folder) as found:
+            return any(e.name.endswith(".wal") for e in found)
+    except FileNotFoundError:
+        return False
 
 
 def _check_available(stream: Stream) -> None:

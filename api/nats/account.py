@@ -92,7 +92,7 @@ class AccountSpace:
                 delivered = self.js.handle(origin, subject, reply, hdr, payload) or delivered
             elif subject.startswith(API):
                 delivered = self._not_enabled(subject[len(API) :].split("."), reply) or delivered
-        elif self.engine is not None and is_valid_publish_subject(subject) and self.engine.stream_for_subject(subject) is not None:
+        elif self.engine is not None and is_valid_publish_subject(subject) and self.engine.stream_name_for_subject(subject) is not None:
             assert self.writes is not None
             self.writes.publish(origin, subject, reply, hdr, payload)
             delivered = True

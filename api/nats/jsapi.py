@@ -272,9 +272,8 @@ class JetStreamApi:
 
     def _stream_names(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
         req = _json(payload, {"offset", "subject"}) if payload.strip() else {}
-        page = self.engine.list_streams(req.get("subject") or None, _offset(req), NAMES_LIMIT)
-        names = [s["config"]["name"] for s in page["streams"]]
-        return {"total": page["total"], "offset": page["offset"], "limit": NAMES_LIMIT, "streams": names or None}
+        page = self.engine.stream_names(req.get("subject") or None, _offset(req), NAMES_LIMIT)
+        return {"total": page["total"], "offset": page["offset"], "limit": NAMES_LIMIT, "streams": page["streams"] or None}
 
     def _stream_list(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
         req = _json(payload, {"offset", "subject"}) if payload.strip() else {}

@@ -265,8 +265,8 @@ def puback_json(result: PublishResult, subject: str, engine: JetStream) -> bytes
             return b'{"stream":%b,"seq":%d,"duplicate":true}' % (orjson.dumps(result.stream), result.seq)
         return _ack_prefix(result.stream) % result.seq
     assert isinstance(result, JetStreamError)
-    stream = engine.stream_for_subject(subject)
-    return orjson.dumps({"error": wire_error(result), "stream": stream.name if stream else "", "seq": 0})
+    stream = engine.stream_name_for_subject(subject)
+    return orjson.dumps({"error": wire_error(result), "stream": stream or "", "seq": 0})
 
 
 def _runs(items: list[Any]) -> list[list[Any]]:

@@ -1,5 +1,6 @@
 """Many idle streams: a restart opens no stream table, reads the tombstones once, and keeps no file open
-per stream; what it restores (messages, removals, consumers, the duplicate window) is what was there."""
+per stream; what it restores (messages, removals, consumers, the duplicate window) is what was there.
+An idle stream is not even opened until its first use (engine/catalog.py); one with an unflushed log is."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from pathlib import Path
 from deltalake import DeltaTable
 
 from engine import EngineOptions, InboundMessage, JetStream, ManualClock
+from engine.errors import ErrorCode, JetStreamError
+from engine.messages import PubAck
 from engine.store.commits import transactions
 from engine.store.delta import DeltaStore
 
@@ -23,8 +26,8 @@ def _open(warehouse: Path, clock: ManualClock) -> JetStream:
 
 def _crash(js: JetStream) -> None:
     """What a kill -9 leaves: no final flush, no snapshot; the warehouse is let go."""
-    for entry in js._streams.values():
-        entry.stream.store.wal.close()
+    for stream in js.streams():
+        stream.store.wal.close()
     js.consumers.acks.wal.close()
     js._owner.release()
 
@@ -102,5 +105,72 @@ def test_a_commit_after_the_snapshot_makes_the_restart_read_the_table(warehouse:
         assert again.publish([InboundMessage("s1.c", b"x", {"Nats-Msg-Id": ["late"]})])[0].duplicate  # type: ignore[union-attr]
         assert again.publish([InboundMessage("s1.c", b"x", {"Nats-Msg-Id": ["id-1"]})])[0].duplicate  # type: ignore[union-attr]
         assert again.stream("S0").store.reads._files.version == -1  # type: ignore[union-attr]
+    finally:
+        again.close()
+
+
+def _unopened(js: JetStream) -> set[str]:
+    return {name for name, entry in js._streams.items() if entry.stream is None}
+
+
+def test_a_restart_leaves_idle_streams_unopened_and_first_use_opens_one_with_everything(
+    warehouse: Path, clock: ManualClock
+) -> None:
+    js = _open(warehouse, clock)
+    _fill(js, 12)
+    js.add_stream({"name": "PUSH", "subjects": ["push.>"]})
+    js.add_consumer("PUSH", {"durable_name": "P", "deliver_subject": "out.p", "ack_policy": "explicit"})
+    js.close()
+
+    again = _open(warehouse, clock)
+    try:
+        assert _unopened(again) == {f"S{i}" for i in range(12)}, "idle streams wait; a push consumer's does not"
+        assert again.stream_names()["streams"] == ["PUSH", *sorted(f"S{i}" for i in range(12))]
+        assert again.stream_names("s4.x")["streams"] == ["S4"]
+        assert again.stream_name_for_subject("s3.a") == "S3" and "S3" in _unopened(again)
+        try:
+            again.add_stream({"name": "OVER", "subjects": ["s5.>"]})
+            raise AssertionError("an unopened stream's subjects are taken")
+        except JetStreamError as exc:
+            assert exc.err_code == ErrorCode.STREAM_SUBJECT_OVERLAP
+
+        answer = again.publish([InboundMessage("s3.a", b"x", {"Nats-Msg-Id": ["id-3"]})])[0]
+        assert isinstance(answer, PubAck) and answer.duplicate and answer.seq == 3, "the first publish opened S3 whole"
+        assert _unopened(again) == {f"S{i}" for i in range(12)} - {"S3"}
+        info = again.consumer_info("S6", "C")
+        assert info["ack_floor"]["stream_seq"] == 1 and info["num_pending"] == 1 and info["num_ack_pending"] == 0
+        assert again.stream_info("S7")["state"]["messages"] == 2
+        assert [d.msg.data for d in again.fetch("S8", "C", 5)] == [b"three"], "the acked message is not delivered again"
+        assert "S9" in _unopened(again)
+        listed = again.list_streams(offset=0, limit=3)
+        assert listed["total"] == 13 and [s["config"]["name"] for s in listed["streams"]] == ["PUSH", "S0", "S1"]
+        assert "S2" in _unopened(again) and "S1" not in _unopened(again)
+        assert again.account_info()["streams"] == 13 and again.account_info()["consumers"] == 13
+        assert not _unopened(again), "account info sums every stream's bytes"
+    finally:
+        again.close()
+
+
+def test_a_stream_with_an_unflushed_log_after_kill_9_is_recovered_at_start_and_loses_nothing(
+    warehouse: Path, clock: ManualClock
+) -> None:
+    js = _open(warehouse, clock)
+    _fill(js, 4)
+    js.close()
+    js = _open(warehouse, clock)
+    acked = [js.publish([InboundMessage("s2.z", b"p%d" % k)])[0] for k in range(3)]
+    assert all(isinstance(a, PubAck) for a in acked)
+    delivered = js.fetch("S1", "C", 1)
+    assert [d.msg.data for d in delivered] == [b"three"] and js.ack("S1", "C", [(delivered[0].token, "ack", 0)]) == [None]
+    _crash(js)  # nothing flushed: S2's messages and S1's ack are only in the logs
+
+    again = _open(warehouse, clock)
+    try:
+        assert _unopened(again) == {"S0", "S3", "S1"}, "S2's log holds records: it is recovered at start"
+        stream = again._streams["S2"].stream
+        assert stream is not None and (stream.index.msgs, stream.index.last_seq) == (5, 6)
+        assert [again.get_message("S2", s).data for s in (4, 5, 6)] == [b"p0", b"p1", b"p2"]
+        info = again.consumer_info("S1", "C")
+        assert info["ack_floor"]["stream_seq"] == 3 and info["num_pending"] == 0, "the logged ack came back"
     finally:
         again.close()
