@@ -14,15 +14,28 @@ so no stale state can be seen. Counterpart: nats-server opens every stream at st
 
 from __future__ import annotations
 
+import os
 import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from engine import encryption
+from engine import encryption, errors
 from engine.config import StreamConfig, check_stream_config, parse_stream_config
 from engine.messages import InboundMessage, PublishResult
 from engine.pipeline import GroupCommit
+from engine.store.erasures import pending_requests
+from engine.store.layout import Layout
+from engine.store.wal import SUFFIX
 from engine.stream import Stream
+from engine.subjects import is_valid_subject, subjects_collide
+
+LOAD_THREADS = 4  # streams read or recovered at once at start
+LOAD_PARALLEL_FROM = 16  # fewer streams are read one by one
+OBJECT_STREAM_PREFIX = "OBJ_"  # engine/objects.py: its orphan sweep at start looks into every object store
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -68,9 +81,80 @@ class CatalogEntry:
         self.stream = stream
         self.record = None
 
+    def open(self, opener: Callable[[StreamRecord], Stream]) -> Stream:
+        """The stream, opened by `opener` if it is not yet: once, however many ask at the same time."""
+        stream = self.stream
+        if stream is None:
+            with self.opening:
+                if self.stream is None:
+                    assert self.record is not None
+                    self.attach(opener(self.record))
+                stream = self.stream
+        assert stream is not None
+        return stream
+
     @property
     def config(self) -> StreamConfig:
         if self.stream is not None:
             return self.stream.config
         assert self.record is not None
         return self.record.config
+
+
+def check_page(subject: str | None, offset: int, limit: int) -> None:
+    """A listing's subject filter and page bounds, or a 400."""
+    if subject is not None and not is_valid_subject(subject):
+        raise errors.bad_request(f"invalid subject {subject!r}")
+    if offset < 0 or limit <= 0:
+        raise errors.bad_request("offset must be ≥ 0 and limit > 0")
+
+
+def listed(entries: Mapping[str, CatalogEntry], subject: str | None) -> list[tuple[str, CatalogEntry]]:
+    """The streams in name order; with `subject`, those whose subjects collide with it."""
+    items = sorted(entries.items())
+    if subject is None:
+        return items
+    return [(n, e) for n, e in items if any(subjects_collide(subject, x) for x in e.config.subjects or [])]
+
+
+def check_overlap(entries: Mapping[str, CatalogEntry], config: StreamConfig, exclude: str | None = None) -> None:
+    """Raises 10065 when `config`'s subjects collide with another stream's (opened or not)."""
+    for name, entry in entries.items():
+        if name == exclude or name == config.name:
+            continue
+        for a in config.subjects or []:
+            for b in entry.config.subjects or []:
+                if subjects_collide(a, b):
+                    raise errors.subjects_overlap()
+
+
+def has_log(folder: os.PathLike[str]) -> bool:
+    """Whether a stream's local log folder holds a segment (records maybe not flushed yet)."""
+    try:
+        with os.scandir(folder) as found:
+            return any(e.name.endswith(SUFFIX) for e in found)
+    except FileNotFoundError:
+        return False
+
+
+def in_parallel(function: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    """`function` over `items`, a few at a time (each mostly waits on small objects), in their order."""
+    if len(items) < LOAD_PARALLEL_FROM:
+        return [function(item) for item in items]
+    with ThreadPoolExecutor(LOAD_THREADS, thread_name_prefix="jetlake-recover") as pool:
+        return list(pool.map(function, items))
+
+
+def opened_at_start(records: list[StreamRecord], layout: Layout, act_alone: Callable[[str], bool],
+                    every: bool = False) -> set[str]:
+    """The names of the streams that cannot wait (the module says why each); `every`: all of them."""
+    if every:
+        return {r.config.name for r in records}
+    erasing = {r.get("stream_id") for r in pending_requests(layout)}
+
+    def urgent(r: StreamRecord) -> bool:
+        return (r.config.storage != "file" or r.key_tokens is not None or r.stream_id in erasing
+                or r.config.name.startswith(OBJECT_STREAM_PREFIX) or has_log(layout.wal_dir(r.config.name))
+                or act_alone(r.config.name))
+
+    return {r.config.name for r, flag in zip(records, in_parallel(urgent, records), strict=True) if flag}

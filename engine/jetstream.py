@@ -3,7 +3,8 @@
 One process owns a warehouse (an owner lock refuses a second). Streams are found by name and by
 subject; a publish is routed to the stream whose subjects capture it and goes through that stream's
 group commit. File streams keep their config in `_system/streams/<name>.json` and recover their
-state from their table, the tombstones and their log on start; memory streams live and die with
+state from their table, the tombstones and their log when first used, or at start when they cannot
+wait (engine/catalog.py, the catalog of every stream's config); memory streams live and die with
 the process. The flusher (engine/flusher.py) moves each stream's log into its Delta table every
 `flush_interval`, or sooner once `flush_bytes` are waiting. A stream whose recovery fails is kept
 apart (every request on it is a 503, `/healthz` lists it) and the others serve. Counterpart:
@@ -13,12 +14,10 @@ server/jetstream.go and the stream parts of server/jetstream_api.go.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ import numpy as np
 import orjson
 
 from engine import encryption, errors
-from engine.catalog import CatalogEntry, StreamRecord
+from engine.catalog import CatalogEntry, StreamRecord, check_overlap, check_page, in_parallel, listed, opened_at_start
 from engine.accounts import limits as account_limits
 from engine.accounts.limits import UNLIMITED_LIMITS, AccountLimits
 from engine.errors import JetStreamError
@@ -35,16 +34,15 @@ from engine.clock import Clock, SystemClock
 from engine.consumer import Delivery
 from engine.consumers import Consumers
 from engine.config import StreamConfig, check_stream_config, check_stream_update, parse_stream_config, same_config
-from engine.flusher import ACKS, Flusher, FlushResult, FlushStats
+from engine.flusher import Flusher, FlushResult, FlushStats
+from engine.health import health_report
 from engine.info import rfc3339, state_json
 from engine.keys import Keyring, MasterKey
 from engine.kv import KeyValueStores
-from engine.objects import STREAM_PREFIX as OBJECT_STREAM_PREFIX
 from engine.objects import ObjectStores
 from engine.store.backlog import DEFAULT_MAX_LOG_BYTES, DEFAULT_MAX_TOTAL_BYTES, Backlog
 from engine.store.base import StoredMessage, StreamStore
 from engine.store.delta import DEFAULT_CACHE_BYTES, DeltaStore
-from engine.store.erasures import pending_requests
 from engine.store.layout import Layout
 from engine.store.lease import OwnerLock
 from engine.store.leases import Lease
@@ -53,21 +51,12 @@ from engine.store.objectstore import WarehouseLocation
 from engine.store.tombstones import TombstoneView
 from engine.messages import DEFAULT_MAX_PAYLOAD, InboundMessage, PlainBatch, PublishAnswer, PublishResult
 from engine.stream import SUBJECTS_PAGE, Stream
-from engine.subjects import (
-    is_valid_publish_subject,
-    is_valid_subject,
-    matches_mask,
-    subject_matches,
-    subjects_collide,
-    valid_publish_mask,
-)
+from engine.subjects import is_valid_publish_subject, is_valid_subject, matches_mask, subject_matches, valid_publish_mask
 
 log = logging.getLogger(__name__)
 
 DEFAULT_FLUSH_INTERVAL = 1.0
 DEFAULT_FLUSH_BYTES = 128 * 1024 * 1024
-LOAD_THREADS = 4  # streams recovered at once at start
-LOAD_PARALLEL_FROM = 16  # fewer streams are recovered one by one
 API_LEVEL = 1
 _ROUTE_AS_COLUMN = 32  # a batch of more distinct subjects is routed and validated as a column
 
@@ -230,9 +219,11 @@ class JetStream:
         few at a time: a stream's recovery mostly waits on small objects (its config, index snapshot,
         log folder, the table's latest commit), and each touches only its own state and the shared,
         read-only tombstone view. They are registered in name order; returns the streams opened."""
-        records = self._map(self._read_record, keys)
-        urgent = self._urgent(records)
-        opened = self._map(lambda r: self._open_record(r), [r for r in records if r.config.name in urgent])
+        records = in_parallel(self._read_record, keys)
+        # logs in the object store are not listed here; byte limits: every publish sums every stream's bytes
+        every = self.options.wal != "local" or bool(self._limits.limits_bytes)
+        urgent = opened_at_start(records, self.layout, self.consumers.act_alone, every)
+        opened = in_parallel(self._open_record, [r for r in records if r.config.name in urgent])
         by_name = {s.name: s for s in opened}
         for record in records:
             stream = by_name.get(record.config.name)
@@ -240,53 +231,28 @@ class JetStream:
         log.info("%d streams: %d opened at start, the others on first use", len(records), len(opened))
         return opened
 
-    @staticmethod
-    def _map(function: Callable[[Any], Any], items: list[Any]) -> list[Any]:
-        if len(items) < LOAD_PARALLEL_FROM:
-            return [function(item) for item in items]
-        with ThreadPoolExecutor(LOAD_THREADS, thread_name_prefix="jetlake-recover") as pool:
-            return list(pool.map(function, items))
-
-    def _urgent(self, records: list[StreamRecord]) -> set[str]:
-        """The streams opened at start (engine/catalog.py says why each)."""
-        names = {r.config.name for r in records}
-        if self.options.wal != "local" or self._limits.limits_bytes:
-            return names  # logs in the object store: not listed here; byte limits: every publish sums them
-        erasing = {r.get("stream_id") for r in pending_requests(self.layout)}
-        return {
-            r.config.name for r in records
-            if r.config.storage != "file" or r.key_tokens is not None or r.stream_id in erasing
-            or r.config.name.startswith(OBJECT_STREAM_PREFIX) or _has_log(self.layout.wal_dir(r.config.name))
-            or self.consumers.act_alone(r.config.name)
-        }
-
     def _open_all(self) -> None:
         for entry in list(self._streams.values()):
             self._opened(entry)
 
     def _opened(self, entry: CatalogEntry) -> Stream:
-        """The entry's stream, opened now if it was not: recovered, its consumers restored."""
-        stream = entry.stream
-        if stream is not None:
-            return stream
-        with entry.opening:
-            if entry.stream is None:
-                if self.deposed is not None:
-                    raise errors.UnavailableError(f"this gateway no longer owns the warehouse: {self.deposed}")
-                assert entry.record is not None
-                stream = self._open_record(entry.record)
-                if stream.recovered:
-                    self.consumers.restore_stream(stream)
-                entry.attach(stream)
-            assert entry.stream is not None
-            return entry.stream
+        return entry.open(self._open_later)
+
+    def _open_later(self, record: StreamRecord) -> Stream:
+        """A stream's first use after the start: recovered, its consumers restored."""
+        if self.deposed is not None:
+            raise errors.UnavailableError(f"this gateway no longer owns the warehouse: {self.deposed}")
+        stream = self._open_record(record)
+        if stream.recovered:
+            self.consumers.restore_stream(stream)
+        return stream
 
     def take(self, name: str, lease: Lease) -> None:
         """Serves a stream this gateway now owns (several gateways), recovered under `lease`, whose token
         fences its writes and its consumers'. Raises when it cannot be recovered (the lease is released)."""
         self._tombstones = TombstoneView(self.layout.tombstones)
         try:
-            stream = self._load_stream(self.layout.stream_config_key(name), lease)
+            stream = self._open_record(self._read_record(self.layout.stream_config_key(name)), lease)
         finally:
             self._tombstones = None
         if not stream.recovered:
@@ -328,9 +294,6 @@ class JetStream:
 
     def _read_record(self, key: str) -> StreamRecord:
         return StreamRecord.from_json(orjson.loads(self.layout.objects.get(key).data))
-
-    def _load_stream(self, key: str, lease: Lease | None = None) -> Stream:
-        return self._open_record(self._read_record(key), lease)
 
     def _open_record(self, record: StreamRecord, lease: Lease | None = None) -> Stream:
         """Recovers one stream; a stream that cannot be recovered is kept apart, refusing every request."""
@@ -403,7 +366,7 @@ class JetStream:
                 if same_config(stream.config, config):
                     return self._info(stream), False
                 raise errors.stream_name_exists()
-            self._check_overlap(config)
+            check_overlap(self._streams, config)
             encryption.check_create(config, self.keyring)
             sealed = self.keyring is not None and config.storage != "memory"
             key_tokens = encryption.key_tokens(config) if sealed else None
@@ -444,7 +407,7 @@ class JetStream:
             encryption.check_update(stream.config, config, _key_tokens(stream) is not None)
             others = [e.config for n, e in self._streams.items() if n != name]
             account_limits.check_stream(self._limits, config, others, update=stream.config)
-            self._check_overlap(config, exclude=name)
+            check_overlap(self._streams, config, exclude=name)
             old = stream.config
             stream.config = config
             try:
@@ -492,11 +455,9 @@ class JetStream:
         return self._info(self._stream(name), subjects_filter, offset)
 
     def list_streams(self, subject: str | None = None, offset: int = 0, limit: int = 256) -> dict[str, Any]:
-        if subject is not None and not is_valid_subject(subject):
-            raise errors.bad_request(f"invalid subject {subject!r}")
-        if offset < 0 or limit <= 0:
-            raise errors.bad_request("offset must be ≥ 0 and limit > 0")
-        entries = self._listed(subject)
+        check_page(subject, offset, limit)
+        with self._lock:
+            entries = [e for _, e in listed(self._streams, subject)]
         for entry in entries[offset : offset + limit]:
             self._opened(entry)  # a page of infos opens its streams; the others stay closed
         missing = [e.stream.name for e in entries if e.stream is not None and e.stream.unavailable is not None]
@@ -509,23 +470,11 @@ class JetStream:
 
     def stream_names(self, subject: str | None = None, offset: int = 0, limit: int = 1024) -> dict[str, Any]:
         """A page of stream names (STREAM.NAMES), from the catalog: no stream is opened."""
-        if subject is not None and not is_valid_subject(subject):
-            raise errors.bad_request(f"invalid subject {subject!r}")
-        if offset < 0 or limit <= 0:
-            raise errors.bad_request("offset must be ≥ 0 and limit > 0")
-        names = [n for n, e in self._listed_items(subject) if e.stream is None or e.stream.unavailable is None]
-        return {"total": len(names), "offset": offset, "limit": limit, "streams": names[offset : offset + limit]}
-
-    def _listed(self, subject: str | None) -> list[CatalogEntry]:
-        return [e for _, e in self._listed_items(subject)]
-
-    def _listed_items(self, subject: str | None) -> list[tuple[str, CatalogEntry]]:
-        """The streams in name order; with `subject`, those whose subjects collide with it."""
+        check_page(subject, offset, limit)
         with self._lock:
-            items = sorted(self._streams.items())
-        if subject is None:
-            return items
-        return [(n, e) for n, e in items if any(subjects_collide(subject, x) for x in e.config.subjects or [])]
+            items = listed(self._streams, subject)
+        names = [n for n, e in items if e.stream is None or e.stream.unavailable is None]
+        return {"total": len(names), "offset": offset, "limit": limit, "streams": names[offset : offset + limit]}
 
     def stream(self, name: str) -> Stream:
         return self._stream(name)
@@ -566,15 +515,6 @@ class JetStream:
         """The streams opened so far (each serves; the catalog's others have nothing in memory to report)."""
         with self._lock:
             return [e.stream for e in self._streams.values() if e.stream is not None]
-
-    def _check_overlap(self, config: StreamConfig, exclude: str | None = None) -> None:
-        for name, entry in self._streams.items():
-            if name == exclude or name == config.name:
-                continue
-            for a in config.subjects or []:
-                for b in entry.config.subjects or []:
-                    if subjects_collide(a, b):
-                        raise errors.subjects_overlap()
 
     def _write_config(self, stream: Stream) -> None:
         record = {
@@ -843,42 +783,7 @@ class JetStream:
 
     def health(self) -> dict[str, Any]:
         """What `/healthz` reports: whether writes are taken, failing flushes, lag, failed streams, damaged logs."""
-        now = time.monotonic()
-        streams = self.streams()
-        failing = self.flusher.failing()
-        refusal = self.write_refusal()
-        failed = [
-            {"stream": s.name, "error": s.unavailable or s.failure, "reads": s.unavailable is None}
-            for s in streams if s.failure is not None or s.unavailable is not None
-        ]
-        flushes = [
-            {"table": name if name == ACKS else f"streams/{name}", "consecutive_failures": h.consecutive_failures,
-             "last_error": h.last_error, "failing_since": rfc3339(h.failing_since_ns or 0)}
-            for name, h in sorted(failing.items())
-        ]
-        damage = [
-            {"stream": s.name, **d.to_json()}
-            for s in streams if isinstance(s.store, DeltaStore) for d in s.store.wal.damage
-        ]
-        damage += [{"table": ACKS, **d.to_json()} for acks in self.consumers.ack_stores() for d in acks.wal.damage]
-        status = "unavailable" if refusal else "degraded" if failed or flushes else "ok"
-        answer: dict[str, Any] = {
-            "status": status,
-            "writes": refusal is None,
-            "lag": {
-                "oldest_unflushed_seconds": round(max((s.store.unflushed_age(now) for s in streams), default=0.0), 3),
-                "unflushed_bytes": self.backlog.total,
-                "max_unflushed_bytes": self.backlog.max_total_bytes,
-            },
-            "flush": {"failing": flushes, "failures_total": self.flush_stats.failures},
-        }
-        if refusal:
-            answer["error"] = refusal
-        if failed:
-            answer["streams_failed"] = failed
-        if damage:
-            answer["log_damage"] = damage
-        return answer
+        return health_report(self.streams(), self.flusher, self.consumers, self.backlog, self.write_refusal())
 
     # -- account ------------------------------------------------------------------------------
 
@@ -897,15 +802,6 @@ class JetStream:
             "consumers": sum(s.consumer_count for s in streams),
             "limits": self._limits.to_json(),
         }
-
-
-def _has_log(folder: Path) -> bool:
-    """Whether a stream's local log folder holds a segment (records not yet flushed, maybe)."""
-    try:
-        with os.scandir(folder) as found:
-            return any(e.name.endswith(".wal") for e in found)
-    except FileNotFoundError:
-        return False
 
 
 def _check_available(stream: Stream) -> None:

@@ -2,7 +2,8 @@
 
 Before, one bad stream stopped the whole engine from opening. Now the gateway starts: every request on
 that stream is a 503 ApiError, `/healthz` lists it (status "degraded", still 200: the gateway takes
-writes), the stream list names it under `missing` as JetStream does, and the other streams serve.
+writes), the stream list names it under `missing` as JetStream does, and the other streams serve. A
+stream with unflushed log records is recovered at start; an idle one at its first use (engine/catalog.py).
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ def test_streams_that_cannot_be_recovered_do_not_stop_the_others(warehouse: Path
             health = c.get("/healthz")
             assert health.status_code == 200 and health.json()["status"] == "degraded", health.text
             failed = health.json()["streams_failed"]
+            assert [f["stream"] for f in failed] == ["LOG"], "recovered at start: its log holds records"
+            assert c.get("/v1/streams/TABLE").status_code == 503, "an idle stream is recovered at its first use"
+            failed = c.get("/healthz").json()["streams_failed"]
             assert sorted(f["stream"] for f in failed) == ["LOG", "TABLE"]
             assert all("recovery failed" in f["error"] for f in failed)
             for name in ("TABLE", "LOG"):
