@@ -96,7 +96,7 @@ class JetStream:
         self.keyring: Keyring | None = None
         self._streams: dict[str, CatalogEntry] = {}  # every stream; opened on first use (engine/catalog.py)
         self._by_subject: dict[str, str | None] = {}
-        self._tombstones: TombstoneView | None = None  # set while streams are recovered at open, and for later opens
+        self._tombstones: TombstoneView | None = None  # read at open; kept for the streams opened later
         self._lock = threading.RLock()
         # The gateway's accounts share one backlog (engine/accounts/registry.py): its bound is the gateway's.
         self.backlog = backlog or Backlog(self.options.max_unflushed_bytes, self.options.max_unflushed_total)
@@ -223,7 +223,8 @@ class JetStream:
         # logs in the object store are not listed here; byte limits: every publish sums every stream's bytes
         every = self.options.wal != "local" or bool(self._limits.limits_bytes)
         urgent = opened_at_start(records, self.layout, self.consumers.act_alone, every)
-        opened = in_parallel(self._open_record, [r for r in records if r.config.name in urgent])
+        opened = in_parallel(lambda r: self._open_record(r, None, self._tombstones),
+                             [r for r in records if r.config.name in urgent])
         by_name = {s.name: s for s in opened}
         for record in records:
             stream = by_name.get(record.config.name)
@@ -242,7 +243,7 @@ class JetStream:
         """A stream's first use after the start: recovered, its consumers restored."""
         if self.deposed is not None:
             raise errors.UnavailableError(f"this gateway no longer owns the warehouse: {self.deposed}")
-        stream = self._open_record(record)
+        stream = self._open_record(record, None, self._tombstones)  # nothing wrote its tombstones since
         if stream.recovered:
             self.consumers.restore_stream(stream)
         return stream
@@ -250,11 +251,8 @@ class JetStream:
     def take(self, name: str, lease: Lease) -> None:
         """Serves a stream this gateway now owns (several gateways), recovered under `lease`, whose token
         fences its writes and its consumers'. Raises when it cannot be recovered (the lease is released)."""
-        self._tombstones = TombstoneView(self.layout.tombstones)
-        try:
-            stream = self._open_record(self._read_record(self.layout.stream_config_key(name)), lease)
-        finally:
-            self._tombstones = None
+        record = self._read_record(self.layout.stream_config_key(name))
+        stream = self._open_record(record, lease, TombstoneView(self.layout.tombstones))
         if not stream.recovered:
             raise errors.UnavailableError(f"stream {name} is unavailable: {stream.failure}")
         from engine.erasures import registry  # pending erasures: forgotten again by the rebuilt memory
@@ -295,11 +293,13 @@ class JetStream:
     def _read_record(self, key: str) -> StreamRecord:
         return StreamRecord.from_json(orjson.loads(self.layout.objects.get(key).data))
 
-    def _open_record(self, record: StreamRecord, lease: Lease | None = None) -> Stream:
-        """Recovers one stream; a stream that cannot be recovered is kept apart, refusing every request."""
+    def _open_record(self, record: StreamRecord, lease: Lease | None, tombstones: TombstoneView | None) -> Stream:
+        """Recovers one stream (`tombstones`: the account's, read once for many); a stream that cannot be
+        recovered is kept apart, refusing every request."""
         config, tokens, key_tokens, protected = record.config, record.partition_tokens, record.key_tokens, record.protected
         started = time.monotonic()
-        stream = self._new_stream(config, record.created_ns, record.stream_id, tokens, key_tokens, protected, lease)
+        stream = self._new_stream(config, record.created_ns, record.stream_id, tokens, key_tokens, protected, lease,
+                                  tombstones)
         try:
             stream.recover()
         except Exception as exc:  # noqa: BLE001 - one bad stream must not keep the others from serving
@@ -319,21 +319,23 @@ class JetStream:
         return stream
 
     def _new_stream(self, config: StreamConfig, created: int, stream_id: str, partition_tokens: int,
-                    key_tokens: int | None = None, protected: bool = False, lease: Lease | None = None) -> Stream:
-        store = self._new_store(config, stream_id, partition_tokens, key_tokens, protected, lease)
+                    key_tokens: int | None = None, protected: bool = False, lease: Lease | None = None,
+                    tombstones: TombstoneView | None = None) -> Stream:
+        store = self._new_store(config, stream_id, partition_tokens, key_tokens, protected, lease, tombstones)
         stream = Stream(config, created, stream_id, store, self.clock, self.options.max_payload)
         stream.quota = self if self._limits.limits_bytes else None
         return stream
 
-    def _new_store(self, config: StreamConfig, stream_id: str, partition_tokens: int,
-                   key_tokens: int | None = None, protected: bool = False, lease: Lease | None = None) -> StreamStore:
+    def _new_store(self, config: StreamConfig, stream_id: str, partition_tokens: int, key_tokens: int | None = None,
+                   protected: bool = False, lease: Lease | None = None,
+                   tombstones: TombstoneView | None = None) -> StreamStore:
         """A stream's store; `partition_tokens` is fixed when the stream is made (its table keeps its
         layout), as is whether it is encrypted (`key_tokens` not None) and its subjects protected."""
         if config.storage == "memory":
             return MemoryStore(partition_tokens)
         return DeltaStore(
             self.layout, config.name, stream_id, partition_tokens,
-            self.options.sync_always, self.options.cache_bytes, self.backlog, tombstones=self._tombstones,
+            self.options.sync_always, self.options.cache_bytes, self.backlog, tombstones=tombstones,
             sealer=encryption.sealer(self.keyring, config.name, stream_id, key_tokens, protected),
             log_lease=lease or self._log_lease, stream_lease=lease is not None,
         )
@@ -456,8 +458,7 @@ class JetStream:
 
     def list_streams(self, subject: str | None = None, offset: int = 0, limit: int = 256) -> dict[str, Any]:
         check_page(subject, offset, limit)
-        with self._lock:
-            entries = [e for _, e in listed(self._streams, subject)]
+        entries = [e for _, e in listed(self._streams.copy(), subject)]
         for entry in entries[offset : offset + limit]:
             self._opened(entry)  # a page of infos opens its streams; the others stay closed
         missing = [e.stream.name for e in entries if e.stream is not None and e.stream.unavailable is not None]
@@ -471,8 +472,7 @@ class JetStream:
     def stream_names(self, subject: str | None = None, offset: int = 0, limit: int = 1024) -> dict[str, Any]:
         """A page of stream names (STREAM.NAMES), from the catalog: no stream is opened."""
         check_page(subject, offset, limit)
-        with self._lock:
-            items = listed(self._streams, subject)
+        items = listed(self._streams.copy(), subject)
         names = [n for n, e in items if e.stream is None or e.stream.unavailable is None]
         return {"total": len(names), "offset": offset, "limit": limit, "streams": names[offset : offset + limit]}
 
