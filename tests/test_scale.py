@@ -52,8 +52,8 @@ def _open(warehouse: Path) -> JetStream:
 
 def _crash(js: JetStream) -> None:
     """What a kill -9 leaves: no final flush, no snapshot; the warehouse is let go."""
-    for entry in js._streams.values():
-        entry.stream.store.wal.close()
+    for stream in js.streams():  # the streams opened: the others have no log open
+        stream.store.wal.close()
     js.consumers.acks.wal.close()
     js._owner.release()
 
