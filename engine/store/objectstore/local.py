@@ -124,15 +124,17 @@ class LocalObjectStore(ObjectStore):
         found: list[ObjectMeta] = []
         for folder, dirs, files in os.walk(top):
             dirs[:] = [d for d in dirs if not d.startswith(TEMP_PREFIX)]
+            # keys by string joins, not a Path per object: a restart lists ten thousand configs
+            rel = os.path.relpath(folder, self.root).replace(os.sep, "/")
+            base = "" if rel == "." else rel + "/"
             for name in files:
                 if name.startswith(TEMP_PREFIX):
                     continue
-                path = Path(folder, name)
                 try:
-                    st = os.stat(path)
+                    st = os.stat(os.path.join(folder, name))
                 except FileNotFoundError:
                     continue
-                found.append(_meta(path.relative_to(self.root).as_posix(), st))
+                found.append(_meta(base + name, st))
         found.sort(key=lambda meta: meta.key)
         return iter(found)
 
