@@ -312,7 +312,7 @@ async def _nats_wait_stream(url: str, stream: str, timeout: float) -> dict:
 def nats_restart(proc, store: Path, workdir: Path, stream: str) -> tuple:
     stop_process(proc, "nats-server")
     t0 = time.monotonic()
-    proc, port = start_nats(find_nats_server(), store, workdir / "nats-restart.log")
+    proc, port = start_nats(find_nats_server(), store, workdir / "nats-restart.log", timeout=600)  # 10,000 streams: minutes under load
     state = asyncio.run(_nats_wait_stream(f"nats://{HOST}:{port}", stream, 600))
     return proc, port, round(time.monotonic() - t0, 2), state
 
