@@ -5,6 +5,7 @@ An idle stream is not even opened until its first use (engine/catalog.py); one w
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from deltalake import DeltaTable
@@ -172,5 +173,20 @@ def test_a_stream_with_an_unflushed_log_after_kill_9_is_recovered_at_start_and_l
         assert [again.get_message("S2", s).data for s in (4, 5, 6)] == [b"p0", b"p1", b"p2"]
         info = again.consumer_info("S1", "C")
         assert info["ack_floor"]["stream_seq"] == 3 and info["num_pending"] == 0, "the logged ack came back"
+    finally:
+        again.close()
+
+
+def test_a_stream_asked_for_by_many_threads_at_once_is_opened_once(warehouse: Path, clock: ManualClock) -> None:
+    js = _open(warehouse, clock)
+    _fill(js, 2)
+    js.close()
+    again = _open(warehouse, clock)
+    try:
+        assert _unopened(again) == {"S0", "S1"}
+        with ThreadPoolExecutor(8) as pool:
+            found = list(pool.map(lambda _: again.stream("S1"), range(8)))
+        assert all(s is found[0] for s in found) and again.streams() == [found[0]]
+        assert len(found[0].consumers) == 1 and found[0].index.msgs == 2
     finally:
         again.close()
