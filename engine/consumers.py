@@ -111,10 +111,6 @@ class Consumers:
                 return True
         return False
 
-    def unrestored(self, stream: str) -> int:
-        """How many consumers of a stream not opened yet wait to be restored."""
-        return len(self._unrestored.get(self.layout.consumer_configs_key(stream), []))
-
     def open_stream(self, stream: Stream, lease: Lease) -> None:
         """A stream this gateway now owns (scoped mode): its ack store, fenced by `lease`, and its consumers."""
         acks = AckStore(self.layout, self._sync_always, self._backlog, lease, scope=stream.name)
