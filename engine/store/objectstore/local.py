@@ -122,11 +122,12 @@ class LocalObjectStore(ObjectStore):
         prefix = check_prefix(prefix)
         top = self.root / prefix if prefix else self.root
         found: list[ObjectMeta] = []
-        for folder, dirs, files in os.walk(top):
+        root = str(self.root)
+        for folder, dirs, files in os.walk(top):  # each folder is `top` or under it, so under `root`
             dirs[:] = [d for d in dirs if not d.startswith(TEMP_PREFIX)]
             # keys by string joins, not a Path per object: a restart lists ten thousand configs
-            rel = os.path.relpath(folder, self.root).replace(os.sep, "/")
-            base = "" if rel == "." else rel + "/"
+            rel = folder[len(root) + 1 :].replace(os.sep, "/")
+            base = rel + "/" if rel else ""
             for name in files:
                 if name.startswith(TEMP_PREFIX):
                     continue
