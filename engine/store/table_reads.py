@@ -133,9 +133,9 @@ class Footer:
     lowest and highest `seq` and last `ts` (its statistics), and the optional columns it holds no
     value of (looked up when a group is read: a footer of a thousand groups is parsed for one read)."""
 
-    def __init__(self, meta: pq.FileMetaData) -> None:
+    def __init__(self, meta: pq.FileMetaData, schema: pa.Schema) -> None:
         self.meta = meta
-        self.schema = meta.schema.to_arrow_schema()
+        self.schema = schema  # not `meta.schema`: that ties the footer in a reference cycle (see `read`)
         names = self.schema.names
         stats = [meta.row_group(i).column(names.index("seq")).statistics for i in range(meta.num_row_groups)]
         self.lows = np.array([st.min if st is not None and st.has_min_max else -1 for st in stats], np.int64)
@@ -145,6 +145,16 @@ class Footer:
         self._optional = {name: [i for i, leaf in enumerate(leaves) if leaf.split(".")[0] == name]
                           for name in _OPTIONAL_COLUMNS if name in names}
         self._columns = [name for name in _WINDOW_COLUMNS if name in names]
+
+    @classmethod
+    def read(cls, path: str, filesystem: Any) -> Footer:
+        """The file's footer and Arrow schema, from the reader. pyarrow's `FileMetaData.schema` caches a
+        `ParquetSchema` that points back at its FileMetaData: a cycle that refcounting never frees, so each
+        footer dropped by the cache (a few MB parsed, for a file of hundreds of row groups) would wait for
+        the cyclic collector, which the gateway runs rarely: random reads over a 100 M-message table grew
+        the gateway by ~3 MB a read."""
+        with open_parquet(path, None, filesystem) as file:
+            return cls(file.metadata, file.schema_arrow)
 
     @property
     def last_ts(self) -> np.ndarray:
@@ -238,7 +248,7 @@ class _RowGroups:
             if cached is not None:
                 self._entries.move_to_end(key)
                 return cached[0]  # type: ignore[no-any-return]
-        found = Footer(pq.read_metadata(path, filesystem=self.filesystem))
+        found = Footer.read(path, self.filesystem)
         with self._lock:
             self._put(key, found, _FOOTER_FACTOR * found.meta.serialized_size)
         return found
