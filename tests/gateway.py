@@ -7,6 +7,7 @@ serves HTTPS, checked against `ca` (and presenting `client_cert`, a (cert, key) 
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import ssl
@@ -20,10 +21,41 @@ import httpx
 JETLAKE = Path(sys.prefix) / "bin" / "jetlake"
 
 
+class PortTaken(RuntimeError):
+    """Another process bound the gateway's port between `free_port` and the gateway's bind."""
+
+
+_PICK = random.SystemRandom()  # not the `random` module's state, which a test may seed
+
+
+def _ephemeral_range() -> range:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return range(int(low), int(high) + 1)
+    except (OSError, ValueError):
+        return range(32768, 61000)  # Linux's default
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port nothing listens on, outside the kernel's ephemeral range.
+
+    A port that bind(0) hands out is one the kernel also gives to outgoing connections: between this
+    check and the gateway's own bind, a client socket of a test group running in parallel could take
+    it (CI saw `address already in use`). Ports below that range are only taken by listeners, and
+    picking one at random makes two parallel picks of the same port unlikely; `Gateway.start` retries
+    on a new port if it still happens.
+    """
+    ephemeral = _ephemeral_range()
+    candidates = range(20000, ephemeral.start) if ephemeral.start > 21000 else range(ephemeral.stop, 65536)
+    for _ in range(200):
+        port = _PICK.choice(candidates)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port in {candidates}")
 
 
 class Gateway:
@@ -49,6 +81,21 @@ class Gateway:
         self.log = (log_dir or Path(warehouse).parent) / f"gateway-{self.port}.log"
 
     def start(self, timeout: float = 60.0) -> Gateway:
+        for _ in range(3):
+            try:
+                return self._start(timeout)
+            except PortTaken:
+                self._new_ports()
+        return self._start(timeout)
+
+    def _new_ports(self) -> None:
+        self.port = free_port()
+        self.url = f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
+        if self.nats_port:
+            self.nats_port = free_port()
+            self.nats_url = f"nats://127.0.0.1:{self.nats_port}"
+
+    def _start(self, timeout: float) -> Gateway:
         cmd = [str(JETLAKE), "serve", "--warehouse", str(self.warehouse), "--port", str(self.port), *self.args]
         if "--scheduler" not in self.args:
             cmd.append("--no-scheduler")  # no JVM beside every test gateway; a scheduler test asks for one
@@ -59,7 +106,11 @@ class Gateway:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"gateway exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}")
+                tail = self.log.read_text()[-2000:]
+                if "address already in use" in tail:
+                    self.proc = None
+                    raise PortTaken(tail)
+                raise RuntimeError(f"gateway exited with {self.proc.returncode}: {tail}")
             try:
                 if httpx.get(f"{self.url}/healthz", timeout=0.5, **self._tls_options()).status_code == 200:
                     return self
