@@ -99,6 +99,18 @@ class AccountSpace:
         if not delivered and reply and origin.no_responders:
             self.no_responders(origin, subject, reply)
 
+    def plain_ack_of(self, subject_b: bytes, payload: bytes) -> tuple[str, str, int] | None:
+        """(stream, consumer, stream seq) of a reply-less plain ack that only JetStream hears (no
+        subscription may match `$JS.ACK.…`); None: the message goes through `publish`."""
+        if self.js is None or self.sublist.ack_interest:
+            return None
+        return self.js.acks.plain_of(subject_b, payload)
+
+    def plain_ack(self, origin: Client, stream: str, consumer: str, seq: int) -> None:
+        """Applies what `plain_ack_of` found, in order with the client's other writes."""
+        assert self.writes is not None  # there is JetStream: plain_ack_of found the consumer
+        self.writes.plain_ack(origin, stream, consumer, seq)
+
     def _not_enabled(self, tokens: list[str], reply: bytes | None) -> bool:
         """An account without JetStream: API requests get 10039 in their response type, as
         nats-server's; pulls and direct gets have no responders, unknown requests no answer."""

@@ -6,7 +6,10 @@ the v2 form with a domain and an account hash in front (11 tokens or more). The 
 ack timer; `+TERM [reason]` stops redelivery; `+NXT [request]` acks and pulls the next message to the
 ack's reply subject. An ack with a reply subject (a double ack) is answered with an empty message once
 applied. Under `sample_freq` a sampled ack of a pending message publishes its metric on
-`$JS.EVENT.METRIC.CONSUMER.ACK.<stream>.<consumer>` (`ack_time`: ns since its delivery). Acks are applied in order with the connection's other writes (api/nats/writes.py).
+`$JS.EVENT.METRIC.CONSUMER.ACK.<stream>.<consumer>` (`ack_time`: ns since its delivery). Acks are
+applied in order with the connection's other writes (api/nats/writes.py). The bulk of ack traffic —
+a plain `+ACK` on a v1 subject, no reply — is recognised from the subject's bytes (`plain_of`)
+before any other routing, with the consumer looked up once per run of its acks.
 Counterpart: server/consumer.go (processAck, processNak, ackReplyInfo).
 """
 
@@ -30,6 +33,7 @@ if TYPE_CHECKING:
 
 NS = 1_000_000_000
 _NAK = b"-NAK"
+_PLAIN = (b"+ACK", b"", b"+OK")  # the payloads of a plain ack, as sent (anything else goes the general way)
 
 
 class Acks:
@@ -39,16 +43,15 @@ class Acks:
         self.writes = writes
         self.pulls = pulls
         self._targets: dict[tuple[str, str], Consumer] = {}  # a consumer's acks arrive in runs: one lookup per run
+        self._plain: dict[tuple[bytes, bytes], tuple[str, str, Consumer]] = {}  # `plain_of`'s, by the subject's bytes
 
     def _target(self, stream: str, consumer: str) -> Consumer | None:
         """The consumer acked, as `engine.stream(...)` then `consumers.get(...)` find it (None: nobody listens);
         a cached one is used while it, its stream and the stream's availability are as they were."""
         key = (stream, consumer)
         target = self._targets.get(key)
-        if target is not None and not target.deleted:
-            held = target.stream
-            if not held.deleted and held.unavailable is None:
-                return target
+        if target is not None and _usable(target):
+            return target
         try:
             target = self.engine.consumers.get(self.engine.stream(stream), consumer)
         except JetStreamError:
@@ -58,6 +61,32 @@ class Acks:
             self._targets.clear()
         self._targets[key] = target
         return target
+
+    def plain_of(self, subject: bytes, payload: bytes) -> tuple[str, str, int] | None:
+        """(stream, consumer, stream seq) of a reply-less publish that `handle` would take as a plain ack
+        (`plain_ack`), read from the subject's bytes; None for anything else (it goes through `handle`)."""
+        if payload not in _PLAIN:
+            return None
+        tokens = subject.split(b".")
+        if len(tokens) != 9:
+            return None
+        seq = tokens[5]
+        if not seq.isdigit() or not tokens[4].isdigit():
+            return None
+        key = (tokens[2], tokens[3])
+        known = self._plain.get(key)
+        if known is None or not _usable(known[2]):
+            stream, consumer = tokens[2].decode("utf-8", "surrogateescape"), tokens[3].decode("utf-8", "surrogateescape")
+            target = self._target(stream, consumer)
+            if target is None:
+                return None
+            if len(self._plain) > 1024:
+                self._plain.clear()
+            known = self._plain[key] = (stream, consumer, target)
+        target = known[2]
+        if target.config.sample_freq or target.ack_none:
+            return None
+        return known[0], known[1], int(seq)
 
     def handle(self, conn: Client, subject: str, reply: bytes | None, payload: bytes) -> bool:
         """`$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>` (or the v2 form)."""
@@ -108,6 +137,12 @@ class Acks:
             return
         ack_time = time.time_ns() - pending.delivered_at
         self.advisories.ack_metric(stream, consumer, pending.consumer_seq, seq, ack_time, delivered)
+
+
+def _usable(target: Consumer) -> bool:
+    """Whether a looked-up consumer is still the one its name finds: not deleted, its stream neither."""
+    held = target.stream
+    return not target.deleted and not held.deleted and held.unavailable is None
 
 
 def _sampled(sample_freq: str) -> bool:

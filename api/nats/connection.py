@@ -289,6 +289,9 @@ class Connection(asyncio.Protocol):
                     stop = pos + int(size_b)
                     if stop + 2 <= end and data[stop : stop + 2] == b"\r\n" and stop - pos <= self.server.max_payload:
                         subject_b = parts[1]
+                        if len(parts) == 3 and subject_b[:8] == b"$JS.ACK." and self._plain_ack(subject_b, data[pos:stop]):
+                            pos = stop + 2
+                            continue
                         pending = (subject_b, subject_b.decode("utf-8", "surrogateescape"), parts[2] if len(parts) == 4 else None, -1, stop - pos)
                         self._on_message(pending, data[pos:stop])
                         pos = stop + 2
@@ -400,6 +403,25 @@ class Connection(asyncio.Protocol):
             space.publish(self, subject_b, subject, reply, body[:hdr_size], body[hdr_size:])
         else:
             space.publish(self, subject_b, subject, reply, None, body)
+
+    def _plain_ack(self, subject_b: bytes, body: bytes) -> bool:
+        """A client's plain ack (`+ACK`, no reply) without the general publish: True when taken here.
+
+        Only where the general way would do nothing more: no `+OK` (verbose), no subject check
+        (pedantic), no subscriber of the ack subject. The permission check is the general way's
+        (`_may_publish`, once): a refused ack gets its -ERR and changes nothing."""
+        if self.verbose or self.pedantic:
+            return False
+        space = self.space
+        assert space is not None  # set with the principal
+        ack = space.plain_ack_of(subject_b, body)
+        if ack is None:
+            return False
+        principal = self.principal
+        if principal is not None and principal.permissions is not None and not self._may_publish(_text(subject_b)):
+            return True
+        space.plain_ack(self, *ack)
+        return True
 
     def _may_publish(self, subject: str) -> bool:
         principal = self.principal

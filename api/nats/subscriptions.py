@@ -5,7 +5,8 @@ token trie. A match result — the plain subscribers and the queue groups — is
 subject, and a change of interest drops only the cached subjects it can affect, so a publish to a
 hot subject is one dict lookup. Reply subjects are each used once: while every wildcard
 subscription is of the `<literal>.*` kind (the clients' reply inboxes), they are matched by their
-prefix in a dict instead of a walk of the trie.
+prefix in a dict instead of a walk of the trie. The subscriptions that may match an ack subject
+(`$JS.ACK.…`) are counted, so that the acks' fast path knows without a match that nobody listens.
 
 The two sides a subscription joins are Protocols here, so that the rooms below a connection and an
 account (deliveries, writes, the JetStream API) never name the classes above them: a `Client`
@@ -107,9 +108,12 @@ class Sublist:
         self._tail_count = 0
         self._cache: dict[str, Match] = {}
         self.count = 0
+        self.ack_interest = 0  # subscriptions that may match a `$JS.ACK.…` subject
 
     def insert(self, sub: Subscription) -> None:
         self.count += 1
+        if _may_match_acks(sub.subject):
+            self.ack_interest += 1
         if is_literal(sub.subject):
             self._literal.setdefault(sub.subject, []).append(sub)
             self._cache.pop(sub.subject, None)
@@ -134,7 +138,7 @@ class Sublist:
             if not subs:
                 del self._literal[sub.subject]
             self._cache.pop(sub.subject, None)
-            self.count -= 1
+            self._removed(sub)
             return
         path = [self._root]
         for token in sub.subject.split("."):
@@ -145,7 +149,7 @@ class Sublist:
         if sub not in path[-1].subs:
             return
         path[-1].subs.remove(sub)
-        self.count -= 1
+        self._removed(sub)
         self._wildcards -= 1
         prefix = _tail_prefix(sub.subject)
         if prefix is not None:
@@ -161,6 +165,11 @@ class Sublist:
                 break
             del path[depth - 1].children[tokens[depth - 1]]
         self._forget_matching(sub.subject)
+
+    def _removed(self, sub: Subscription) -> None:
+        self.count -= 1
+        if _may_match_acks(sub.subject):
+            self.ack_interest -= 1
 
     def _forget_matching(self, pattern: str) -> None:
         """Drops the cached matches a wildcard interest changes; past FORGET_WHOLE entries the cache
@@ -198,6 +207,18 @@ class Sublist:
 
     def has_interest(self, subject: str) -> bool:
         return bool(self.match(subject))
+
+
+def _may_match_acks(pattern: str) -> bool:
+    """Whether a subscription may receive some `$JS.ACK.…` publish (its first two tokens allow it);
+    ack subjects have 9 tokens or more, so a two-token `$JS.ACK` never does."""
+    first, _, rest = pattern.partition(".")
+    if first == FWC:
+        return True
+    if first not in ("$JS", PWC) or not rest:
+        return False
+    second, dot, _ = rest.partition(".")
+    return second == FWC or (second in ("ACK", PWC) and bool(dot))
 
 
 def _tail_prefix(pattern: str) -> str | None:
