@@ -24,6 +24,7 @@ import orjson
 
 from api.nats import protocol as p
 from api.nats import system
+from api.nats.acks import PlainAckOf
 from api.nats.errors import error_body
 from api.nats.jsapi import API, TYPE, JetStreamApi, response_kind
 from api.nats.subscriptions import EMPTY, Client, Sublist, Subscription
@@ -99,17 +100,17 @@ class AccountSpace:
         if not delivered and reply and origin.no_responders:
             self.no_responders(origin, subject, reply)
 
-    def plain_ack_of(self, subject_b: bytes, payload: bytes) -> tuple[str, str, int] | None:
-        """(stream, consumer, stream seq) of a reply-less plain ack that only JetStream hears (no
+    def plain_ack_of(self, subject_b: bytes, payload: bytes) -> PlainAckOf | None:
+        """The consumer and stream sequence of a reply-less plain ack that only JetStream hears (no
         subscription may match `$JS.ACK.…`); None: the message goes through `publish`."""
         if self.js is None or self.sublist.ack_interest:
             return None
         return self.js.acks.plain_of(subject_b, payload)
 
-    def plain_ack(self, origin: Client, stream: str, consumer: str, seq: int) -> None:
+    def plain_acks(self, origin: Client, stream: str, consumer: str, seqs: list[int]) -> None:
         """Applies what `plain_ack_of` found, in order with the client's other writes."""
         assert self.writes is not None  # there is JetStream: plain_ack_of found the consumer
-        self.writes.plain_ack(origin, stream, consumer, seq)
+        self.writes.plain_acks(origin, stream, consumer, seqs)
 
     def _not_enabled(self, tokens: list[str], reply: bytes | None) -> bool:
         """An account without JetStream: API requests get 10039 in their response type, as

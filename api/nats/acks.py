@@ -9,7 +9,8 @@ applied. Under `sample_freq` a sampled ack of a pending message publishes its me
 `$JS.EVENT.METRIC.CONSUMER.ACK.<stream>.<consumer>` (`ack_time`: ns since its delivery). Acks are
 applied in order with the connection's other writes (api/nats/writes.py). The bulk of ack traffic —
 a plain `+ACK` on a v1 subject, no reply — is recognised from the subject's bytes (`plain_of`)
-before any other routing, with the consumer looked up once per run of its acks.
+before any other routing, with the consumer looked up once per run of its acks; the plain acks of the
+same consumer that follow it in a read are matched whole by one pattern (`PlainAckOf.run`).
 Counterpart: server/consumer.go (processAck, processNak, ackReplyInfo).
 """
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 import random
 import re
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from api.nats.advisories import Advisories
 from api.nats.messages import loads_or_none
@@ -36,6 +37,16 @@ _NAK = b"-NAK"
 _PLAIN = (b"+ACK", b"", b"+OK")  # the payloads of a plain ack, as sent (anything else goes the general way)
 
 
+class PlainAckOf(NamedTuple):
+    """What `Acks.plain_of` found: the consumer, the stream sequence acked, and the pattern of the same
+    consumer's next plain acks in the read (group 1: the stream sequence)."""
+
+    stream: str
+    consumer: str
+    seq: int
+    run: re.Pattern[bytes]
+
+
 class Acks:
     def __init__(self, engine: JetStream, advisories: Advisories, writes: Writes, pulls: Pulls) -> None:
         self.engine = engine
@@ -43,7 +54,7 @@ class Acks:
         self.writes = writes
         self.pulls = pulls
         self._targets: dict[tuple[str, str], Consumer] = {}  # a consumer's acks arrive in runs: one lookup per run
-        self._plain: dict[tuple[bytes, bytes], tuple[str, str, Consumer]] = {}  # `plain_of`'s, by the subject's bytes
+        self._plain: dict[tuple[bytes, bytes], tuple[str, str, Consumer, re.Pattern[bytes]]] = {}  # by the subject's bytes
 
     def _target(self, stream: str, consumer: str) -> Consumer | None:
         """The consumer acked, as `engine.stream(...)` then `consumers.get(...)` find it (None: nobody listens);
@@ -62,9 +73,9 @@ class Acks:
         self._targets[key] = target
         return target
 
-    def plain_of(self, subject: bytes, payload: bytes) -> tuple[str, str, int] | None:
-        """(stream, consumer, stream seq) of a reply-less publish that `handle` would take as a plain ack
-        (`plain_ack`), read from the subject's bytes; None for anything else (it goes through `handle`)."""
+    def plain_of(self, subject: bytes, payload: bytes) -> PlainAckOf | None:
+        """The consumer and stream sequence of a reply-less publish that `handle` would take as a plain
+        ack (`plain_ack`), read from the subject's bytes; None for anything else (it goes through `handle`)."""
         if payload not in _PLAIN:
             return None
         tokens = subject.split(b".")
@@ -82,11 +93,11 @@ class Acks:
                 return None
             if len(self._plain) > 1024:
                 self._plain.clear()
-            known = self._plain[key] = (stream, consumer, target)
+            known = self._plain[key] = (stream, consumer, target, _run_pattern(tokens[2], tokens[3]))
         target = known[2]
         if target.config.sample_freq or target.ack_none:
             return None
-        return known[0], known[1], int(seq)
+        return PlainAckOf(known[0], known[1], int(seq), known[3])
 
     def handle(self, conn: Client, subject: str, reply: bytes | None, payload: bytes) -> bool:
         """`$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>` (or the v2 form)."""
@@ -137,6 +148,17 @@ class Acks:
             return
         ack_time = time.time_ns() - pending.delivered_at
         self.advisories.ack_metric(stream, consumer, pending.consumer_seq, seq, ack_time, delivered)
+
+
+def _run_pattern(stream: bytes, consumer: bytes) -> re.Pattern[bytes]:
+    """A whole `PUB <v1 ack subject of this consumer> <size>\r\n<plain payload>\r\n`, written as the
+    parser's hot path and `plain_of` take it (single spaces, ASCII digits for the delivery count and the
+    stream sequence, tokens without whitespace); anything else does not match and goes the general way."""
+    token = rb"[^.\s]*"
+    return re.compile(
+        rb"PUB \$JS\.ACK\." + re.escape(stream) + rb"\." + re.escape(consumer) + rb"\.\d+\.(\d+)\."
+        + token + rb"\." + token + rb"\." + token + rb" (?:4\r\n\+ACK|3\r\n\+OK|0\r\n)\r\n"
+    )
 
 
 def _usable(target: Consumer) -> bool:

@@ -289,9 +289,11 @@ class Connection(asyncio.Protocol):
                     stop = pos + int(size_b)
                     if stop + 2 <= end and data[stop : stop + 2] == b"\r\n" and stop - pos <= self.server.max_payload:
                         subject_b = parts[1]
-                        if len(parts) == 3 and subject_b[:8] == b"$JS.ACK." and self._plain_ack(subject_b, data[pos:stop]):
-                            pos = stop + 2
-                            continue
+                        if len(parts) == 3 and subject_b[:8] == b"$JS.ACK.":
+                            after = self._plain_acks(subject_b, data[pos:stop], data, stop + 2)
+                            if after >= 0:
+                                pos = after
+                                continue
                         pending = (subject_b, subject_b.decode("utf-8", "surrogateescape"), parts[2] if len(parts) == 4 else None, -1, stop - pos)
                         self._on_message(pending, data[pos:stop])
                         pos = stop + 2
@@ -404,24 +406,39 @@ class Connection(asyncio.Protocol):
         else:
             space.publish(self, subject_b, subject, reply, None, body)
 
-    def _plain_ack(self, subject_b: bytes, body: bytes) -> bool:
-        """A client's plain ack (`+ACK`, no reply) without the general publish: True when taken here.
+    def _plain_acks(self, subject_b: bytes, body: bytes, data: bytes, after: int) -> int:
+        """A client's plain ack (`+ACK`, no reply) without the general publish, and the plain acks of the
+        same consumer right after it in `data`; where the parsing resumes, or -1 if not taken here.
 
         Only where the general way would do nothing more: no `+OK` (verbose), no subject check
         (pedantic), no subscriber of the ack subject. The permission check is the general way's
-        (`_may_publish`, once): a refused ack gets its -ERR and changes nothing."""
+        (`_may_publish`, once per ack): a refused ack gets its -ERR and changes nothing. For a user
+        without permissions the acks that follow are matched whole (`PlainAckOf.run`) and taken on
+        the first one's grounds: with no other operation between them, none of those grounds changes."""
         if self.verbose or self.pedantic:
-            return False
+            return -1
         space = self.space
         assert space is not None  # set with the principal
         ack = space.plain_ack_of(subject_b, body)
         if ack is None:
-            return False
+            return -1
         principal = self.principal
-        if principal is not None and principal.permissions is not None and not self._may_publish(_text(subject_b)):
-            return True
-        space.plain_ack(self, *ack)
-        return True
+        if principal is not None and principal.permissions is not None:
+            if self._may_publish(_text(subject_b)):
+                space.plain_acks(self, ack.stream, ack.consumer, [ack.seq])
+            return after
+        seqs = [ack.seq]
+        match = ack.run.match
+        found = match(data, after)
+        while found is not None:
+            end = found.end()
+            if end - after > p.MAX_CONTROL_LINE:  # the general way refuses so long a line
+                break
+            seqs.append(int(found[1]))
+            after = end
+            found = match(data, after)
+        space.plain_acks(self, ack.stream, ack.consumer, seqs)
+        return after
 
     def _may_publish(self, subject: str) -> bool:
         principal = self.principal

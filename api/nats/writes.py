@@ -97,12 +97,16 @@ class Writes:
 
     def plain_ack(self, conn: Client, stream: str, consumer: str, seq: int) -> None:
         """A `+ACK` without a reply: joins the plain acks of the same consumer just before it."""
+        self.plain_acks(conn, stream, consumer, [seq])
+
+    def plain_acks(self, conn: Client, stream: str, consumer: str, seqs: list[int]) -> None:
+        """`plain_ack` of each of `seqs`, in order."""
         items = self._queue(conn).items
         last = items[-1] if items else None
         if type(last) is PlainAcks and last.consumer == consumer and last.stream == stream:
-            last.seqs.append(seq)
+            last.seqs += seqs
         else:
-            items.append(PlainAcks(stream, consumer, [seq]))
+            items.append(PlainAcks(stream, consumer, seqs))
 
     def forget(self, conn: Client) -> None:
         queue = self._queues.get(conn.cid)
