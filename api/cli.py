@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from typing import Any, TextIO
 
 from api import operator_cli
-from engine import EngineOptions
+from engine import EngineOptions, heap
 from engine.accounts.config import ConfigError, ServerConfig
 from engine.accounts.config import load as load_config
 from engine.accounts.registry import Accounts
@@ -51,25 +51,6 @@ from engine.messages import DEFAULT_MAX_PAYLOAD
 log = logging.getLogger("jetlake")
 
 DEFAULT_NATS_PORT = 4222
-
-
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters
-
-
-def _keep_freed_memory() -> None:
-    """Request bodies of a megabyte, allocated and freed many times a second: glibc would hand each back
-    to the kernel (munmap, heap trim) and fault it in again page by page, which costs a third of the
-    gateway's CPU on a VM. Keeps up to 256 MiB of freed memory for reuse; MALLOC_* variables override."""
-    if any(name.startswith("MALLOC_") for name in os.environ) or not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(_M_MMAP_THRESHOLD, 64 * 1024 * 1024)
-        libc.mallopt(_M_TRIM_THRESHOLD, 256 * 1024 * 1024)
-    except (OSError, AttributeError):
-        pass  # not glibc
 
 
 def _nats_door_refusal(args: argparse.Namespace) -> str | None:
@@ -116,7 +97,7 @@ def _serve(args: argparse.Namespace) -> int:
         from api.http.app import create_app
         from api.http.tls import settings as tls_settings
 
-    _keep_freed_memory()
+    heap.keep_freed_memory()
     try:
         config = load_config(args.config) if args.config else ServerConfig.open()
         tls = tls_settings(config.tls, args.tls_cert, args.tls_key, args.tls_ca, args.tls_verify, args.tls_map)
@@ -163,9 +144,7 @@ def _serve(args: argparse.Namespace) -> int:
     accounts = Accounts(warehouse, options, config)
     try:
         accounts.open()
-        # Publishing allocates many short-lived objects; collecting less often keeps the GC off the hot path.
-        gc.freeze()
-        gc.set_threshold(50_000, 50, 100)
+        heap.collect_rarely()
     except (OwnerLockedError, KeyringError, ObjectStoreError) as exc:  # a wrong or missing key: nothing was written
         print(f"jetlake: {exc}", file=sys.stderr)
         return 2

@@ -28,7 +28,9 @@ log = logging.getLogger(__name__)
 ACKS = "_system/acks"
 LEASE_HELD = "commit lease held by another process (a maintenance job); retried at the next flush"
 _RELOAD_BACKOFF_MAX = 30.0
-HEAP_RELEASE_SECONDS = 5.0  # at most this often, and only after commits, freed memory goes back (engine/heap.py)
+HEAP_RELEASE_SECONDS = 5.0  # during a write load freed memory goes back at most this often (engine/heap.py)
+SETTLE_SECONDS = 2.0  # this long without a commit after some: the write load ended, its caches go (`settle`)
+IDLE_RELEASE_SECONDS = 30.0  # without commits (reads only) freed memory still goes back this often
 
 
 @dataclass
@@ -102,6 +104,7 @@ class Flusher:
         self._healing: dict[str, _Healing] = {}
         self._heap_released_at = 0.0
         self._heap_dirty = False
+        self._last_commit_at: float | None = None  # since the last settle
 
     # -- the thread ---------------------------------------------------------------------------
 
@@ -131,16 +134,34 @@ class Flusher:
             if self._stop.is_set():
                 break
             try:
-                self._heap_dirty |= self.flush(fold_acks=False).commits > 0
+                if self.flush(fold_acks=False).commits > 0:
+                    self._heap_dirty, self._last_commit_at = True, time.monotonic()
             except Exception:  # keep flushing; the failure is in the figures and the log
                 log.exception("flush failed")
             self._release_heap()
 
     def _release_heap(self) -> None:
         now = time.monotonic()
-        if self._heap_dirty and now - self._heap_released_at >= HEAP_RELEASE_SECONDS:
+        if self._last_commit_at is not None and now - self._last_commit_at >= SETTLE_SECONDS:
+            self.settle()
+        elif now - self._heap_released_at >= (HEAP_RELEASE_SECONDS if self._heap_dirty else IDLE_RELEASE_SECONDS):
             heap.release()
             self._heap_released_at, self._heap_dirty = now, False
+
+    def settle(self) -> int:
+        """Once a write load has ended: each stream drops its copies of what its table now holds, then
+        the heap settles (cycles collected, free pages back to the OS), so the memory of the load does not
+        stay with an idle gateway (nats-server drops an idle block's cache and Go's scavenger returns
+        pages). Returns the cache bytes dropped."""
+        dropped = 0
+        for stream in self._streams():
+            if isinstance(stream.store, DeltaStore) and stream.unavailable is None:
+                with stream.lock:
+                    dropped += stream.store.shed_caches(stream.index)
+        heap.settle()
+        self._heap_released_at, self._heap_dirty, self._last_commit_at = time.monotonic(), False, None
+        log.debug("write load over: %d bytes of caches dropped, heap settled", dropped)
+        return dropped
 
     # -- flushing -----------------------------------------------------------------------------
 

@@ -267,6 +267,18 @@ class MessageIndex:
             _, old = self._cache.popitem(last=False)
             self._cache_used -= old.nbytes
 
+    def drop_cached_details(self) -> int:
+        """Forgets the details read back from the table or unpinned by flushes (a write load ended: the
+        table holds them, and `_detail` reads a block's back when a read needs it), as nats-server drops an
+        idle block's cache. The pinned details of unflushed blocks stay, and so does every detail of a
+        stream without a table. Returns the bytes dropped."""
+        if self.loader is None:
+            return 0
+        dropped = self._cache_used
+        self._cache.clear()
+        self._cache_used = 0
+        return dropped
+
     def _open_detail(self, block: int) -> Detail:
         """The detail an append goes to: pinned until its rows are flushed."""
         found = self._pinned.get(block)

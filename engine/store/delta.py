@@ -432,6 +432,11 @@ class DeltaStore:
         self.reads.changed()
         self.wal.remove(job.segments)
 
+    def shed_caches(self, index: MessageIndex) -> int:
+        """A write load ended: the copies of what the table now holds go (the recent messages the buffer
+        kept, the index's block details); reads find them in the table. Returns the bytes dropped."""
+        return self.buffer.drop_flushed() + index.drop_cached_details()
+
     # -- reads --------------------------------------------------------------------------------
 
     def load(self, seq: int, index: MessageIndex, subject: str | None = None) -> StoredMessage | None:

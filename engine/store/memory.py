@@ -68,6 +68,17 @@ class MessageBuffer:
         self.flushed_upto = max(self.flushed_upto, upto_seq)
         self._evict()
 
+    def drop_flushed(self) -> int:
+        """Forgets every batch the table holds whole (a write load ended: reads find those messages in the
+        table), as nats-server drops an idle block's cache. A buffer without a budget is a memory stream's
+        whole store and keeps everything. Returns the bytes dropped."""
+        if self.cache_bytes is None:
+            return 0
+        before = self.nbytes
+        while self._batches and self._batches[0].last_seq <= self.flushed_upto:
+            self._pop_oldest()
+        return before - self.nbytes
+
     def drop_below(self, first_seq: int) -> None:
         """Forgets batches that hold only sequences below the stream's first (purged or expired)."""
         while self._batches and self._batches[0].last_seq < min(first_seq, self.flushed_upto + 1):
