@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import parse_qsl
 
 from fastapi import Request
 from fastapi.responses import Response
@@ -21,7 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.http import errors, operations
 from api.http.gate import ROUTE
-from api.http.routes import consumers, kv, publish, system
+from api.http.routes import consumers, kv, publish, streams, system
 
 Endpoint = Callable[..., Awaitable[Response]]
 
@@ -32,12 +33,18 @@ _ENDPOINTS: dict[str, Endpoint] = {
     "consumers.next": consumers.next_messages,
     "consumers.ack": consumers.ack,
     "kv.get": kv.get,
+    "messages.find": streams.find_message,
     "kv.put": kv.put,
     "health": system.healthz,
 }
 
 # Endpoint parameters other than the request and the path: a fast call passes their defaults.
-_DEFAULTED = {kv.get: {"revision": None}}
+_DEFAULTED = {kv.get: {"revision": None},
+              streams.find_message: {"last_by_subj": None, "next_by_subj": None, "seq": 0, "start_time": None}}
+
+# The string parameters a fast call may take from the query string (each once, not empty); a query
+# string with anything else goes to FastAPI, which parses and checks every other kind.
+_QUERIED = {"messages.find": frozenset({"last_by_subj"})}
 
 
 def _check_endpoints() -> None:
@@ -73,8 +80,8 @@ class FastPaths:
 
 def _match(scope: Scope) -> tuple[Endpoint, dict[str, Any]] | None:
     """The endpoint of a hot route and its path parameters; None leaves the request to FastAPI (a query
-    string to parse, a newline or an empty parameter in the path, any other route)."""
-    if scope["type"] != "http" or scope.get("query_string"):
+    string other than `_QUERIED`'s, a newline or an empty parameter in the path, any other route)."""
+    if scope["type"] != "http":
         return None
     found = scope.get(ROUTE) or operations.match(scope["method"], scope["path"])
     if found is None:
@@ -83,4 +90,22 @@ def _match(scope: Scope) -> tuple[Endpoint, dict[str, Any]] | None:
     endpoint = _ENDPOINTS.get(route.name)
     if endpoint is None or not all(params.values()) or "\n" in scope["path"] or "\r" in scope["path"]:
         return None
-    return endpoint, {**params, **_DEFAULTED.get(endpoint, {})}
+    query = _query(route.name, scope.get("query_string") or b"")
+    if query is None:
+        return None
+    return endpoint, {**params, **_DEFAULTED.get(endpoint, {}), **query}
+
+
+def _query(route: str, raw: bytes) -> dict[str, str] | None:
+    """The query parameters a fast call takes (decoded as Starlette decodes them); None if there are
+    others, repeats or empty values."""
+    if not raw:
+        return {}
+    allowed = _QUERIED.get(route)
+    if allowed is None:
+        return None
+    pairs = parse_qsl(raw.decode("latin-1"), keep_blank_values=True)
+    query = dict(pairs)
+    if len(query) != len(pairs) or not query.keys() <= allowed or not all(query.values()):
+        return None
+    return query

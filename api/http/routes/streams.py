@@ -71,20 +71,25 @@ def _is_count(value: Any) -> bool:
 
 
 @router.get("/{stream}/messages/{seq}")
-def get_message(request: Request, stream: str, seq: int) -> Response:
+async def get_message(request: Request, stream: str, seq: int) -> Response:
+    """A point read (an index lookup, at most one row group decoded) is answered on the event loop, as
+    the NATS door and a KV get answer it: a worker thread's hand-offs cost more than the read."""
     return json_response({"message": stored_message_json(deps.engine(request).get_message(stream, seq))})
 
 
 @router.get("/{stream}/messages")
-def find_message(
+async def find_message(
     request: Request, stream: str, last_by_subj: str | None = None, next_by_subj: str | None = None, seq: int = 0,
     start_time: str | None = None,
 ) -> Response:
+    """By sequence or by one literal subject's last message: point reads, on the event loop. By time, by
+    a wildcard's last or by next_by_subj: searches that may read many row groups, in a worker thread."""
     target = deps.engine(request).stream(stream)
     if start_time is not None:
         if last_by_subj is not None or seq:
             raise errors.bad_request("start_time goes alone or with next_by_subj")
-        return json_response({"message": stored_message_json(target.at_or_after_time(_time(start_time), next_by_subj))})
+        msg = await run_in_threadpool(target.at_or_after_time, _time(start_time), next_by_subj)
+        return json_response({"message": stored_message_json(msg)})
     if (last_by_subj is None) == (next_by_subj is None):
         if last_by_subj is None and seq > 0:
             return json_response({"message": stored_message_json(target.get(seq))})
@@ -92,9 +97,12 @@ def find_message(
     if last_by_subj is not None:
         if seq:
             raise errors.bad_request("seq goes with next_by_subj, not last_by_subj")
-        msg = target.last_by_subject(last_by_subj)
+        if "*" in last_by_subj or ">" in last_by_subj:
+            msg = await run_in_threadpool(target.last_by_subject, last_by_subj)
+        else:
+            msg = target.last_by_subject(last_by_subj)
     else:
-        msg = target.next_by_subject(next_by_subj or "", seq)
+        msg = await run_in_threadpool(target.next_by_subject, next_by_subj or "", seq)
     return json_response({"message": stored_message_json(msg)})
 
 
