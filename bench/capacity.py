@@ -6,7 +6,8 @@ Three scenarios, each run against a JetLake gateway and against nats-server in t
   RSS after it, get by sequence and by time p50/p99 at random positions, bytes on disk, and disk bytes
   before and after a retention run that halves the stream (`jetlake jobs run retention`).
 - `subjects`: M messages of 100 B on M distinct subjects (and on 1,000 subjects, for contrast):
-  publish msgs/s, files and bytes on disk after the flush, RSS after the load and after a restart,
+  publish msgs/s, files and bytes on disk after the flush, RSS after the load, once flushed and idle
+  (`settled_rss_mb`) and after a restart,
   restart time, `last_by_subj` p50/p99 over random subjects, one `subjects_filter` page, and a Spark
   SQL `WHERE subject = …` with the files it read.
 - `streams`: S streams with one durable consumer and a few messages each: RSS, log segments, threads
@@ -75,6 +76,19 @@ def rss_mb(pid: int, field: str = "VmRSS") -> float | None:
     except OSError:
         return None
     return None
+
+
+def settled_rss_mb(pid: int, window: float = 10.0) -> float | None:
+    """RSS once a load is over, committed, and the process has given back what it gives back when idle
+    (JetLake's flusher settles SETTLE_SECONDS after its last commit; Go's scavenger returns pages over
+    time): the lowest of samples taken every half second for `window` seconds."""
+    low, deadline = rss_mb(pid), time.monotonic() + window
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = rss_mb(pid)
+        if now is not None and (low is None or now < low):
+            low = now
+    return low
 
 
 def threads_and_files(pid: int) -> dict:
@@ -336,6 +350,7 @@ def scenario_messages(args: argparse.Namespace, workdir: Path) -> dict:
         jl["rss_after_load_mb"] = rss_mb(proc.pid)
         http_call(port, "POST", "/v1/flush", {}, timeout=3600)
         jl["rss_after_flush_mb"] = rss_mb(proc.pid)
+        jl["rss_settled_mb"] = settled_rss_mb(proc.pid)
         _, info = http_call(port, "GET", "/v1/streams/CAP")
         jl["state"] = {k: info["state"][k] for k in ("messages", "first_seq", "last_seq")}
         jl["disk_bytes"] = disk_bytes(warehouse)
@@ -421,6 +436,7 @@ def _nats_messages(args: argparse.Namespace, workdir: Path, total: int, seqs: li
             ], timeout=24 * 3600)
         out["rss_peak_mb"] = peak.peak
         out["rss_after_load_mb"] = rss_mb(proc.pid)
+        out["rss_settled_mb"] = settled_rss_mb(proc.pid)
         if out["publish_msgs_s"] is None:
             out["bench_output"] = text
         out["disk_bytes"] = disk_bytes(store)
@@ -453,6 +469,7 @@ def scenario_subjects(args: argparse.Namespace, workdir: Path, kind: str) -> dic
         t0 = time.monotonic()
         http_call(port, "POST", "/v1/flush", {}, timeout=3600)
         jl["flush_s"] = round(time.monotonic() - t0, 2)
+        jl["rss_settled_mb"] = settled_rss_mb(proc.pid)
         jl["table"] = data_files(warehouse / "default" / "streams" / "CAP")
         jl["disk_bytes"] = disk_bytes(warehouse)
         proc, port, jl["restart_s"] = restart_gateway(proc, {}, warehouse, workdir, f"subjects-{kind}", extra)
@@ -477,6 +494,7 @@ def scenario_subjects(args: argparse.Namespace, workdir: Path, kind: str) -> dic
     out["ratios"] = {
         "publish_msgs_s": ratio(jl["publish"]["msgs_s"], nats.get("publish_msgs_s")),
         "rss_after_load": ratio(jl.get("rss_after_load_mb"), nats.get("rss_after_load_mb")),
+        "rss_settled": ratio(jl.get("rss_settled_mb"), nats.get("rss_settled_mb")),
         "rss_after_restart": ratio(jl.get("rss_after_restart_mb"), nats.get("rss_after_restart_mb")),
         "restart_s": ratio(jl.get("restart_s"), nats.get("restart_s")),
         "disk_bytes": ratio(jl.get("disk_bytes"), nats.get("disk_bytes")),
@@ -520,6 +538,7 @@ def _nats_subjects(args: argparse.Namespace, workdir: Path, total: int, kind: st
         if out["publish_msgs_s"] is None:
             out["bench_output"] = text
         out["rss_after_load_mb"] = rss_mb(proc.pid)
+        out["rss_settled_mb"] = settled_rss_mb(proc.pid)
         out["disk_bytes"] = disk_bytes(store)
         proc, port, out["restart_s"], out["state"] = nats_restart(proc, store, workdir, "CAP")
         out["rss_after_restart_mb"] = rss_mb(proc.pid)
