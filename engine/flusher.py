@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 ACKS = "_system/acks"
 LEASE_HELD = "commit lease held by another process (a maintenance job); retried at the next flush"
 _RELOAD_BACKOFF_MAX = 30.0
-HEAP_RELEASE_SECONDS = 5.0  # during a write load freed memory goes back at most this often (engine/heap.py)
+HEAP_RELEASE_SECONDS = 5.0  # during a write load freed memory goes back this often (engine/heap.py)
 SETTLE_SECONDS = 2.0  # this long without a commit after some: the write load ended, its caches go (`settle`)
 IDLE_RELEASE_SECONDS = 30.0  # without commits (reads only) freed memory still goes back this often
 
@@ -102,7 +102,6 @@ class Flusher:
         self.stats = FlushStats()
         self.health: dict[str, TableHealth] = {}
         self._healing: dict[str, _Healing] = {}
-        self._heap_released_at = 0.0
         self._heap_dirty = False
         self._last_commit_at: float | None = None  # since the last settle
 
@@ -141,12 +140,10 @@ class Flusher:
             self._release_heap()
 
     def _release_heap(self) -> None:
-        now = time.monotonic()
-        if self._last_commit_at is not None and now - self._last_commit_at >= SETTLE_SECONDS:
+        if self._last_commit_at is not None and time.monotonic() - self._last_commit_at >= SETTLE_SECONDS:
             self.settle()
-        elif now - self._heap_released_at >= (HEAP_RELEASE_SECONDS if self._heap_dirty else IDLE_RELEASE_SECONDS):
-            heap.release()
-            self._heap_released_at, self._heap_dirty = now, False
+        elif heap.release(every=HEAP_RELEASE_SECONDS if self._heap_dirty else IDLE_RELEASE_SECONDS):
+            self._heap_dirty = False
 
     def settle(self) -> int:
         """Once a write load has ended: each stream drops its copies of what its table now holds, then
@@ -159,7 +156,7 @@ class Flusher:
                 with stream.lock:
                     dropped += stream.store.shed_caches(stream.index)
         heap.settle()
-        self._heap_released_at, self._heap_dirty, self._last_commit_at = time.monotonic(), False, None
+        self._heap_dirty, self._last_commit_at = False, None
         log.debug("write load over: %d bytes of caches dropped, heap settled", dropped)
         return dropped
 

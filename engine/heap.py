@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import math
 import os
 import sys
+import threading
+import time
 from typing import Any
 
 import pyarrow as pa
@@ -40,6 +43,8 @@ def _load_libc() -> Any:
 
 
 _LIBC = _load_libc()
+_lock = threading.Lock()
+_released_at = -math.inf  # monotonic time of the last release
 
 
 def keep_freed_memory() -> bool:
@@ -61,11 +66,20 @@ def collect_rarely() -> None:
     gc.set_threshold(50_000, 50, 100)
 
 
-def release() -> bool:
-    """Returns free pages to the OS: glibc's heaps (ctypes drops the GIL meanwhile) and Arrow's pool.
-    True if glibc gave any back."""
+def release(every: float = 0.0) -> bool:
+    """Returns free pages to the OS: glibc's heaps (ctypes drops the GIL meanwhile) and Arrow's pool;
+    not if the process did so less than `every` seconds ago (the heap is the process's, and each
+    account's flusher asks: a trim walks the whole heap, ~30 ms for a gateway of 300 MB). True if it ran."""
+    global _released_at
+    with _lock:
+        now = time.monotonic()
+        if now - _released_at < every:
+            return False
+        _released_at = now
     pa.default_memory_pool().release_unused()
-    return bool(_LIBC.malloc_trim(0)) if _LIBC is not None else False
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+    return True
 
 
 def settle() -> int:
