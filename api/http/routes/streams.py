@@ -71,9 +71,7 @@ def _is_count(value: Any) -> bool:
 
 
 @router.get("/{stream}/messages/{seq}")
-async def get_message(request: Request, stream: str, seq: int) -> Response:
-    """A point read (an index lookup, at most one row group decoded) is answered on the event loop, as
-    the NATS door and a KV get answer it: a worker thread's hand-offs cost more than the read."""
+def get_message(request: Request, stream: str, seq: int) -> Response:
     return json_response({"message": stored_message_json(deps.engine(request).get_message(stream, seq))})
 
 
@@ -82,8 +80,10 @@ async def find_message(
     request: Request, stream: str, last_by_subj: str | None = None, next_by_subj: str | None = None, seq: int = 0,
     start_time: str | None = None,
 ) -> Response:
-    """By sequence or by one literal subject's last message: point reads, on the event loop. By time, by
-    a wildcard's last or by next_by_subj: searches that may read many row groups, in a worker thread."""
+    """One literal subject's last message (an index lookup, then at most one row group decoded) is answered
+    on the event loop, as the NATS door and a KV get answer it: a worker thread's hand-offs cost more than
+    the read. The others (by sequence, by time, a wildcard's last, next_by_subj) may read a file's footer
+    or many row groups, in a worker thread as before."""
     target = deps.engine(request).stream(stream)
     if start_time is not None:
         if last_by_subj is not None or seq:
@@ -92,7 +92,7 @@ async def find_message(
         return json_response({"message": stored_message_json(msg)})
     if (last_by_subj is None) == (next_by_subj is None):
         if last_by_subj is None and seq > 0:
-            return json_response({"message": stored_message_json(target.get(seq))})
+            return json_response({"message": stored_message_json(await run_in_threadpool(target.get, seq))})
         raise errors.bad_request("give one of last_by_subj or next_by_subj (with seq), or seq")
     if last_by_subj is not None:
         if seq:
