@@ -228,21 +228,40 @@ class StreamKeys:
         aads = associated_data_batch(self.stream_id, seqs, field, None if field == SUBJECT else subjects)
         return seal_batch(per_row, self._nonces.take(len(payloads)), payloads, aads)
 
-    def seal_values(self, field: str, seqs: Sequence[int], subjects: Sequence[str],
-                    payloads: Sequence[bytes | None]) -> list[bytes | None]:
-        """Seals a few values one by one, for a small group that builds no Arrow array (a single
-        publish); the same layout as `seal_batch`, a None payload stays None."""
-        prefixes = [key_prefix(s, self.key_tokens) for s in subjects] if self.key_tokens else [""] * len(subjects)
-        keys = self.data_keys(set(prefixes))
-        nonces = self._nonces.take_bytes(len(payloads))
-        out: list[bytes | None] = []
-        for i, (seq, subject, prefix, payload) in enumerate(zip(seqs, subjects, prefixes, payloads)):
-            if payload is None:
-                out.append(None)
-                continue
-            aad = associated_data(self.stream_id, seq, field, "" if field == SUBJECT else subject)
-            out.append(seal(keys[prefix], nonces[i * 12 : i * 12 + 12], payload, aad))
+    def seal_rows(self, first_seq: int, subjects: Sequence[str],
+                  fields: dict[str, Sequence[bytes | None]]) -> dict[str, list[bytes | None]]:
+        """Seals the fields of a few consecutive messages value by value, for a small group that builds
+        no Arrow array (a single publish): the layout of `seal_batch`, a None payload stays None.
+
+        One key lookup per row and one nonce hand-out serve every field: per value, what is left is
+        its associated data and one `encrypt` (a single publish paid a key lookup and a nonce lock per field).
+        """
+        keys = self._row_keys(subjects)
+        nonces = self._nonces.take_bytes(sum(len(values) - values.count(None) for values in fields.values()))
+        at = 0
+        out: dict[str, list[bytes | None]] = {}
+        for field, payloads in fields.items():
+            sealed: list[bytes | None] = []
+            for i, payload in enumerate(payloads):
+                if payload is None:
+                    sealed.append(None)
+                    continue
+                nonce = nonces[at : at + NONCE_SIZE]
+                at += NONCE_SIZE
+                aad = associated_data(self.stream_id, first_seq + i, field, "" if field == SUBJECT else subjects[i])
+                sealed.append(seal(keys[i], nonce, payload, aad))
+            out[field] = sealed
         return out
+
+    def _row_keys(self, subjects: Sequence[str]) -> list[DataKey]:
+        """The current key of each subject; the current epoch's keys are read without the lock (a
+        rotation or a destruction replaces `_current` whole, as `data_keys` would see it too)."""
+        if not self.key_tokens:
+            key = self._current.get("")
+            return [key if key is not None else self.data_key("")] * len(subjects)
+        prefixes = [key_prefix(s, self.key_tokens) for s in subjects]
+        keys = self.data_keys(set(prefixes))
+        return [keys[p] for p in prefixes]
 
     def open_batch(self, field: str, seqs: Sequence[int], subjects: Sequence[str] | None,
                    values: Payloads) -> OpenedBatch:

