@@ -32,8 +32,9 @@ def _open(warehouse: Path) -> JetStream:
     return js
 
 
-def _load(warehouse: Path, stream: str, subjects: list[str], count: int) -> None:
-    """`count` messages of 100 B cycling through `subjects`, flushed as the flusher would."""
+def _load(warehouse: Path, stream: str, subjects: list[str], count: int, flush_every: int = 4) -> None:
+    """`count` messages of 100 B cycling through `subjects`, flushed every `flush_every` batches of
+    BATCH (one file per flush: 8 makes files of ~400 row groups, as a 100 M-message load does)."""
     if (warehouse / "default" / "streams" / stream).exists():
         return
     warehouse.mkdir(parents=True, exist_ok=True)
@@ -44,11 +45,17 @@ def _load(warehouse: Path, stream: str, subjects: list[str], count: int) -> None
         for start in range(0, count, BATCH):
             n = min(BATCH, count - start)
             js.publish_batch(PlainBatch([subjects[i % len(subjects)] for i in range(start, start + n)], payload[:n]))
-            if (start // BATCH) % 4 == 3:
+            if (start // BATCH) % flush_every == flush_every - 1:
                 js.flush()
         js.flush()
     finally:
         js.close()
+
+
+def _rss_mb() -> dict[str, float]:
+    """The process's resident memory now and at its peak (/proc/self/status), in MB."""
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    return {name: round(int(status[name].split()[0]) / 1024, 1) for name in ("VmRSS", "VmHWM")}
 
 
 def _percentiles(values: list[float]) -> dict[str, float]:
@@ -74,6 +81,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--reads", type=int, default=2000)
     parser.add_argument("--only", default="subjects,messages")
+    parser.add_argument("--flush-every", type=int, default=4, help="batches of 50,000 per file written")
     parser.add_argument("--profile", default=None, help="write a cProfile of the reads here")
     opts = parser.parse_args()
     work = Path(opts.workdir)
@@ -100,7 +108,7 @@ def main() -> None:
             js.close()
     if "messages" in opts.only:
         names = [f"msg.{k}" for k in range(10)]
-        _load(work / "messages", "MSG", names, opts.messages)
+        _load(work / "messages", "MSG", names, opts.messages, opts.flush_every)
         js = _open(work / "messages")
         try:
             stream = js.stream("MSG")
@@ -109,6 +117,7 @@ def main() -> None:
             first, last = stream.get(1).ts, stream.get(opts.messages).ts
             times = [rng.randrange(first, last + 1) for _ in range(opts.reads)]
             result["get_by_time"] = _measure(stream.at_or_after_time, times)
+            result["rss_mb"] = _rss_mb()
         finally:
             js.close()
     if profiler:

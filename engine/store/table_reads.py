@@ -1,11 +1,12 @@
 """Reads of one stream's Delta table: messages by sequence, windows for consumers, and index rows.
 
 The table's files are known from the Delta log's `add` actions (path, partition, `seq` and `ts`
-statistics); a file's Parquet footer is parsed once and its row groups chosen by their own `seq`
-statistics, so a read by sequence decodes one row group (1,024 rows as the flusher writes them),
-found without a scan, and only the columns a message is made of, and converts only the row it
-returns. Decoded row groups and parsed footers
-share one byte-bounded LRU (a KV get after a restart costs no I/O the second time). Reads are
+statistics); a file's footer is read once into compact row-group bounds (parquet_footer.py: `seq`
+and `ts` statistics, 41 bytes a group) and its row groups chosen by them, so a read by sequence
+decodes one row group (1,024 rows as the flusher writes them), found without a scan, through a footer
+made of that group's entry alone, and only the columns a message is made of, and converts only the
+row it returns. Decoded row groups and files' bounds share one byte-bounded cache, so memory does not
+grow with the table (a KV get after a restart costs no I/O the second time). Reads are
 single-threaded (two cores are shared; a thread pool's hand-offs cost more than a small group's
 decode) and pre-buffer only on S3. The index (engine/index.py) reads its block details here: the
 `seq`, `subject`, `size` and `ts` columns of the rows in a range of sequences, without payloads; a
@@ -39,6 +40,7 @@ from deltalake import DeltaTable
 from engine.errors import JetStreamError
 from engine.store.base import StoredMessage
 from engine.store.layout import PARTITION_COLUMN, STREAM_SCHEMA, TableLocation
+from engine.store.parquet_footer import FileBounds
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +48,6 @@ READ_AHEAD = 8192
 READ_WINDOWS = 8  # decoded row groups reads keep at hand (the groups of several partitions overlap in sequences)
 READ_WINDOW_BYTES = 16 * 1024 * 1024
 _PY_ROW_BYTES = 200  # a row of a listed window as Python objects, beyond its Arrow bytes (100 B payloads)
-_FOOTER_FACTOR = 9  # a parsed footer's memory against its serialized size (measured: ~7 KB per 1,024-row group)
 _LOCAL = pafs.LocalFileSystem()
 _STATS_TS_GRAIN_US = 1000
 # What a message is made of (`size` is the index's, read by `index_rows`); msg ids and headers are
@@ -128,79 +129,11 @@ class Opener(Protocol):
     def window(self, table: pa.Table) -> Window: ...
 
 
-class Footer:
-    """A data file's parsed footer and what reads choose row groups and columns by: each group's
-    lowest and highest `seq` and last `ts` (its statistics), and the optional columns it holds no
-    value of (looked up when a group is read: a footer of a thousand groups is parsed for one read)."""
-
-    def __init__(self, meta: pq.FileMetaData, schema: pa.Schema) -> None:
-        self.meta = meta
-        self.schema = schema  # not `meta.schema`: that ties the footer in a reference cycle (see `read`)
-        names = self.schema.names
-        stats = [meta.row_group(i).column(names.index("seq")).statistics for i in range(meta.num_row_groups)]
-        self.lows = np.array([st.min if st is not None and st.has_min_max else -1 for st in stats], np.int64)
-        self.highs = np.array([st.max if st is not None and st.has_min_max else 2**62 for st in stats], np.int64)
-        self._last_ts: np.ndarray | None = None
-        leaves = _leaf_paths(meta)  # a map column has two leaves (key and value)
-        self._optional = {name: [i for i, leaf in enumerate(leaves) if leaf.split(".")[0] == name]
-                          for name in _OPTIONAL_COLUMNS if name in names}
-        self._columns = [name for name in _WINDOW_COLUMNS if name in names]
-
-    @classmethod
-    def read(cls, path: str, filesystem: Any) -> Footer:
-        """The file's footer and Arrow schema, from the reader. pyarrow's `FileMetaData.schema` caches a
-        `ParquetSchema` that points back at its FileMetaData: a cycle that refcounting never frees, so each
-        footer dropped by the cache (a few MB parsed, for a file of hundreds of row groups) would wait for
-        the cyclic collector, which the gateway runs rarely: random reads over a 100 M-message table grew
-        the gateway by ~3 MB a read."""
-        with open_parquet(path, None, filesystem) as file:
-            return cls(file.metadata, file.schema_arrow)
-
-    @property
-    def last_ts(self) -> np.ndarray:
-        """Each group's highest `ts` in microseconds (2**62 when unknown)."""
-        if self._last_ts is None:
-            column = self.schema.get_field_index("ts")
-            self._last_ts = np.array([_last_us(self.meta.row_group(i).column(column).statistics)
-                                      for i in range(self.meta.num_row_groups)], np.int64)
-        return self._last_ts
-
-    def read_group(self, path: str, group: int, filesystem: Any) -> pa.Table:
-        """The columns a message is made of, of one row group; a column the group's statistics say is
-        null in every row is not decoded but made of nulls."""
-        chunks = self.meta.row_group(group)
-        skipped = [name for name, leaves in self._optional.items() if all(_all_null(chunks.column(i)) for i in leaves)]
-        columns = [name for name in self._columns if name not in skipped]
-        with open_parquet(path, self.meta, filesystem) as file:
-            table = file.read_row_group(group, columns=columns, use_threads=False)
-        for name in skipped:
-            table = table.append_column(self.schema.field(name), pa.nulls(table.num_rows, self.schema.field(name).type))
-        return table
-
-
-def _last_us(stats: pq.Statistics | None) -> int:
-    """A `ts` chunk's highest value in microseconds; 2**62 (never skipped) without statistics or for a
-    legacy INT96 column."""
-    if stats is None or not stats.has_min_max or not isinstance(stats.max_raw, int):
-        return 2**62
-    return stats.max_raw
-
-
-def _leaf_paths(meta: pq.FileMetaData) -> list[str]:
-    group = meta.row_group(0) if meta.num_row_groups else None
-    return [group.column(i).path_in_schema for i in range(group.num_columns)] if group is not None else []
-
-
-def _all_null(chunk: pq.ColumnChunkMetaData) -> bool:
-    """Whether a column chunk holds only nulls (a map column: null or empty maps), by its statistics;
-    False when it has none."""
-    stats = chunk.statistics
-    return stats is not None and stats.has_null_count and stats.null_count == chunk.num_values
-
-
 class _RowGroups:
-    """Decoded row groups and parsed footers of the table's files, least recently used first out,
-    within one byte budget (a footer of a file with many small row groups is itself sizeable).
+    """Decoded row groups of the table's files, least recently used first out, and the files' row-group
+    bounds (parquet_footer.py), within one byte budget: the bounds take at most an eighth of it (41
+    bytes a group of 1,024 rows: 16 M groups in the default 64 MB), the windows what the bounds leave.
+    A footer is never kept parsed: a read parses the entries of the groups it decodes.
 
     A point read decodes the one row group whose `seq` statistics hold the sequence; later reads in
     that group are binary searches.
@@ -208,32 +141,36 @@ class _RowGroups:
 
     def __init__(self, budget: int, filesystem: Any = None, opener: Opener | None = None) -> None:
         self.budget = budget
-        self.filesystem = filesystem  # pyarrow's, for a table on S3; None: local paths
+        self.bounds_budget = budget // 8
+        self.filesystem = filesystem or _LOCAL  # pyarrow's; on S3 a read's chunks are fetched in one request
+        self._pre_buffer = filesystem is not None
         self.opener = opener
-        self._entries: OrderedDict[tuple[str, int], tuple[Any, int]] = OrderedDict()  # group -1: the footer
+        self._entries: OrderedDict[tuple[str, int], tuple[Window, int]] = OrderedDict()
         self._bytes = 0
+        self._files: OrderedDict[str, FileBounds] = OrderedDict()
+        self._files_bytes = 0
         self._lock = threading.Lock()
 
     def find(self, path: str, seq: int) -> StoredMessage | None:
         """The message `seq` of the file at `path`, from the row groups whose statistics may hold it."""
-        footer = self.footer(path)
-        for group in np.flatnonzero((footer.lows <= seq) & (footer.highs >= seq)).tolist():
-            msg = self.window(path, footer, group).get(seq)
+        bounds = self.bounds(path)
+        for group in np.flatnonzero((bounds.lows <= seq) & (bounds.highs >= seq)).tolist():
+            msg = self.window(path, bounds, group).get(seq)
             if msg is not None:
                 return msg
         return None
 
-    def window(self, path: str, footer: Footer, group: int, listed: bool = False) -> Window:
+    def window(self, path: str, bounds: FileBounds, group: int, listed: bool = False) -> Window:
         key = (path, group)
         with self._lock:
             cached = self._entries.get(key)
             if cached is not None:
                 self._entries.move_to_end(key)
-                window: Window = cached[0]
+                window = cached[0]
                 if listed and not window.listed:
-                    self._charge(key, window, window.list())
+                    self._put(key, window, cached[1] + window.list())
                 return window
-        table = footer.read_group(path, group, self.filesystem)
+        table = self._decode(path, bounds, group)
         window = self.opener.window(table) if self.opener is not None else Window(table)
         if listed:
             window.list()
@@ -241,44 +178,71 @@ class _RowGroups:
             self._put(key, window, window.nbytes)
         return window
 
-    def footer(self, path: str) -> Footer:
-        key = (path, -1)
+    def _decode(self, path: str, bounds: FileBounds, group: int) -> pa.Table:
+        """The columns a message is made of, of one row group; an optional column the group's
+        statistics say is null in every row is not decoded but made of nulls."""
+        schema = bounds.schema
+        skipped = [name for name in bounds.optional if bounds.empty(group, name)]
+        columns = [name for name in _WINDOW_COLUMNS if name in schema.names and name not in skipped]
+        table = self.read(path, bounds, [group], columns)
+        for name in skipped:
+            field_ = schema.field(name)
+            table = table.append_column(field_, pa.nulls(table.num_rows, field_.type))
+        return table
+
+    def read(self, path: str, bounds: FileBounds, groups: list[int], columns: list[str]) -> pa.Table:
+        """`columns` of the row groups `groups` of a file, in that order, through a footer of theirs alone."""
+        with self.filesystem.open_input_file(path) as file:
+            meta = bounds.metadata(file, groups)
+            reader = pq.ParquetFile(file, metadata=meta, pre_buffer=self._pre_buffer)
+            return reader.read_row_groups(list(range(len(groups))), columns=columns, use_threads=False)
+
+    def bounds(self, path: str) -> FileBounds:
         with self._lock:
-            cached = self._entries.get(key)
+            cached = self._files.get(path)
             if cached is not None:
-                self._entries.move_to_end(key)
-                return cached[0]  # type: ignore[no-any-return]
-        found = Footer.read(path, self.filesystem)
+                self._files.move_to_end(path)
+                return cached
+        found = FileBounds.read(path, self.filesystem, _OPTIONAL_COLUMNS)
         with self._lock:
-            self._put(key, found, _FOOTER_FACTOR * found.meta.serialized_size)
+            old = self._files.pop(path, None)
+            self._files_bytes += found.nbytes - (old.nbytes if old is not None else 0)
+            self._files[path] = found
+            while self._files_bytes > self.bounds_budget and len(self._files) > 1:
+                _, gone = self._files.popitem(last=False)
+                self._files_bytes -= gone.nbytes
+            self._evict()
         return found
 
-    def _put(self, key: tuple[str, int], value: Any, size: int) -> None:
+    def _put(self, key: tuple[str, int], value: Window, size: int) -> None:
         old = self._entries.pop(key, None)
         if old is not None:
             self._bytes -= old[1]
         self._entries[key] = (value, size)
         self._bytes += size
-        while self._bytes > self.budget and len(self._entries) > 1:
+        self._evict()
+
+    def _evict(self) -> None:
+        while self._bytes + self._files_bytes > self.budget and len(self._entries) > 1:
             _, (_, gone) = self._entries.popitem(last=False)
             self._bytes -= gone
 
-    def _charge(self, key: tuple[str, int], value: Any, added: int) -> None:
-        self._put(key, value, self._entries[key][1] + added)
-
     @property
     def nbytes(self) -> int:
-        return self._bytes
+        """The bytes held: decoded row groups and files' bounds."""
+        return self._bytes + self._files_bytes
 
     def windows(self) -> list[Window]:
         """The decoded row groups held now."""
         with self._lock:
-            return [value for (_, group), (value, _) in self._entries.items() if group >= 0]
+            return [value for value, _ in self._entries.values()]
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
             self._bytes = 0
+            self._files.clear()
+            self._files_bytes = 0
 
 
 def _int64s(column: pa.ChunkedArray) -> np.ndarray:
@@ -287,12 +251,6 @@ def _int64s(column: pa.ChunkedArray) -> np.ndarray:
     if column.num_chunks == 1 and not column.null_count:
         return column.chunk(0).view(pa.int64()).to_numpy()
     return column.cast(pa.int64()).to_numpy(zero_copy_only=False)
-
-
-def open_parquet(path: str, meta: pq.FileMetaData | None, filesystem: Any) -> pq.ParquetFile:
-    """A Parquet file opened for a read of a few column chunks: its footer given when known; on S3 the
-    chunks of a read are fetched in one coalesced request (pre-buffering), locally read as needed."""
-    return pq.ParquetFile(path, metadata=meta, filesystem=filesystem or _LOCAL, pre_buffer=filesystem is not None)
 
 
 @dataclass
@@ -381,12 +339,12 @@ class TableReads:
         for i in np.flatnonzero(mask):
             path = self.table.file(unquote(files.paths[i]))
             try:
-                footer = self._row_groups.footer(path)
-                for group in np.flatnonzero((footer.lows <= hi) & (footer.highs >= lo)).tolist():
-                    window = self._row_groups.window(path, footer, group, listed=True)
+                bounds = self._row_groups.bounds(path)
+                for group in np.flatnonzero((bounds.lows <= hi) & (bounds.highs >= lo)).tolist():
+                    window = self._row_groups.window(path, bounds, group, listed=True)
                     if id(window) not in held:
                         held.add(id(window))
-                        self._windows.append((int(footer.lows[group]), int(footer.highs[group]), window))
+                        self._windows.append((int(bounds.lows[group]), int(bounds.highs[group]), window))
             except FileNotFoundError:
                 self.forget()
                 return
@@ -425,21 +383,20 @@ class TableReads:
     def _first_at_or_after(self, lo: int, hi: int, since_ns: int, alive: Callable[[np.ndarray], np.ndarray],
                            refresh: bool) -> int:
         files = self._file_map(refresh)
-        groups: list[tuple[int, str, Footer, int]] = []
+        groups: list[tuple[int, str, FileBounds, int]] = []
         since_us = since_ns // 1000  # statistics compared in microseconds (a missing one is 2**62)
         reach = files.max_ts + _STATS_TS_GRAIN_US  # the Delta log's `ts` statistics are cut to milliseconds
         for i in np.flatnonzero((files.min_seq <= hi) & (files.max_seq >= lo) & (reach >= since_us)):
             path = self.table.file(unquote(files.paths[i]))
-            footer = self._row_groups.footer(path)
-            chosen = (footer.lows <= hi) & (footer.highs >= lo) & (footer.last_ts >= since_us)
-            groups += [(int(footer.lows[g]), path, footer, g) for g in np.flatnonzero(chosen).tolist()]
+            bounds = self._row_groups.bounds(path)
+            chosen = (bounds.lows <= hi) & (bounds.highs >= lo) & (bounds.last_ts >= since_us)
+            groups += [(int(bounds.lows[g]), path, bounds, g) for g in np.flatnonzero(chosen).tolist()]
         groups.sort(key=lambda entry: entry[0])
         best = 0
-        for low, path, footer, group in groups:
+        for low, path, bounds, group in groups:
             if best and low > best:  # the groups left start after the hit (partitions' groups interleave)
                 break
-            with open_parquet(path, footer.meta, self.table.filesystem) as file:
-                table = file.read_row_group(group, columns=["seq", "ts"], use_threads=False)
+            table = self._row_groups.read(path, bounds, [group], ["seq", "ts"])
             seqs, ts = _int64s(table.column("seq")), _int64s(table.column("ts")) * 1000
             seqs = seqs[(seqs >= lo) & (seqs <= hi) & (ts >= since_ns)]
             seqs = seqs[alive(seqs)] if len(seqs) else seqs
@@ -462,11 +419,10 @@ class TableReads:
         parts: list[pa.Table] = []
         for i in np.flatnonzero((files.min_seq <= hi) & (files.max_seq >= lo)):
             path = self.table.file(unquote(files.paths[i]))
-            footer = self._row_groups.footer(path)
-            groups = np.flatnonzero((footer.lows <= hi) & (footer.highs >= lo)).tolist()
+            bounds = self._row_groups.bounds(path)
+            groups = np.flatnonzero((bounds.lows <= hi) & (bounds.highs >= lo)).tolist()
             if groups:
-                with open_parquet(path, footer.meta, self.table.filesystem) as file:
-                    parts.append(file.read_row_groups(groups, columns=columns, use_threads=False))
+                parts.append(self._row_groups.read(path, bounds, groups, columns))
         if not parts:
             return pa.table({name: pa.array([], STREAM_SCHEMA.field(name).type) for name in columns})
         table = pa.concat_tables(parts, promote_options="permissive")

@@ -1,48 +1,137 @@
-"""The row-group cache's memory: what it drops is freed at once, not at the next cyclic collection.
+"""Reads from a stream's table: row groups found by compact bounds, decoded through a footer of their
+own entries alone, within a byte budget that the table's size does not move.
 
-The gateway runs Python's cyclic collector rarely (api/cli.py: `gc.freeze`, high thresholds), so an
-object that only the cyclic collector frees stays in memory for a long time. pyarrow's
-`FileMetaData.schema` made every parsed footer such an object (a cycle through its cached
-`ParquetSchema`): random reads over a 100 M-message table, whose footers do not all fit the cache,
-grew the gateway by ~3 MB a read (bench/capacity.py, 4 GB after 1,200 reads).
+At 100 M messages a table's parsed footers (2-3 MB each, ~224 files) did not fit the 64 MB row-group
+cache and every random read parsed one again. Now a file's footer is read once into its row groups'
+bounds (engine/store/parquet_footer.py, ~41 bytes a group) and a read parses the entries of the groups
+it decodes. What the cache drops is freed at once, not at the next cyclic collection: the gateway runs
+Python's cyclic collector rarely (api/cli.py: `gc.freeze`, high thresholds), and pyarrow's
+`FileMetaData.schema` made every parsed footer such an object (the gateway grew ~3 MB a read).
 """
 
 from __future__ import annotations
 
 import gc
+import random
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import pytest
 
-from engine import JetStream
+from engine import EngineOptions, JetStream, ManualClock
+from engine.errors import JetStreamError
+from engine.messages import PlainBatch
 from engine.store.delta import DeltaStore
-from engine.store.table_reads import Footer
+from engine.store.parquet_footer import FileBounds
+from tests.conftest import reopen
+
+_LOCAL = pafs.LocalFileSystem()
+_COLUMNS = ["seq", "subject", "ts", "msg_id", "headers", "data", "size"]
 
 
-def test_a_footer_dropped_by_the_cache_leaves_no_cyclic_garbage(js: JetStream) -> None:
+def _publish(js: JetStream, stream: str, count: int, clock: ManualClock, per_flush: int) -> None:
+    """`count` messages on 7 subjects, a millisecond apart, flushed every `per_flush` (one file each)."""
+    for start in range(0, count, per_flush):
+        n = min(per_flush, count - start)
+        for i in range(start, start + n, 500):
+            k = min(500, start + n - i)
+            payloads = pa.array([f"m-{j}".encode() for j in range(i, i + k)], pa.binary())
+            js.publish_batch(PlainBatch([f"{stream.lower()}.{j % 7}" for j in range(i, i + k)], payloads))
+            clock.advance(1_000_000)
+        js.flush()
+
+
+def _files(js: JetStream, stream: str) -> list[str]:
+    files = sorted(str(p) for p in Path(js.layout.stream_table(stream)).rglob("*.parquet"))
+    assert files
+    return files
+
+
+def test_a_footer_of_chosen_entries_reads_what_the_whole_footer_reads(js: JetStream, clock: ManualClock,
+                                                                        tmp_path: Path) -> None:
+    js.add_stream({"name": "F", "subjects": ["f.>"]})
+    _publish(js, "F", 12_000, clock, 12_000)  # one file of 12 row groups, written by delta-rs
+    other = tmp_path / "pyarrow.parquet"  # and a file of another writer (parquet-cpp's field layout)
+    whole_table = pq.read_table(_files(js, "F")[0])
+    pq.write_table(whole_table, other, row_group_size=700)
+    for path in (_files(js, "F")[0], str(other)):
+        whole = pq.ParquetFile(path)
+        bounds = FileBounds.read(path, _LOCAL, ("msg_id", "headers"))
+        assert len(bounds) == whole.metadata.num_row_groups >= 12
+        assert bounds.nbytes < 64 * len(bounds) + 8192, "bounds cost tens of bytes a row group"
+        seqs = whole.read(columns=["seq"]).column("seq").to_numpy()
+        for g in range(len(bounds)):
+            rows = whole.metadata.row_group(g)
+            part = seqs[sum(whole.metadata.row_group(i).num_rows for i in range(g)):][: rows.num_rows]
+            assert (bounds.lows[g], bounds.highs[g], bounds.rows[g]) == (part.min(), part.max(), rows.num_rows)
+        assert bounds.empty(3, "msg_id") and bounds.empty(3, "headers") and not bounds.empty(3, "data")
+        for groups in ([0], [5], [len(bounds) - 1], [1, 2, 3], [0, 4, 5, len(bounds) - 1]):
+            with _LOCAL.open_input_file(path) as file:
+                meta = bounds.metadata(file, groups)
+                assert meta.num_row_groups == len(groups)
+                got = pq.ParquetFile(file, metadata=meta).read_row_groups(list(range(len(groups))), columns=_COLUMNS)
+            assert got.equals(whole.read_row_groups(groups, columns=_COLUMNS)), (path, groups)
+
+
+def test_reads_stay_exact_within_a_budget_smaller_than_the_tables_bounds(warehouse: Path, clock: ManualClock) -> None:
+    js = JetStream(warehouse, EngineOptions(cache_bytes=256 * 1024), clock=clock)
+    js.open(start_flusher=False)
+    try:
+        js.add_stream({"name": "B", "subjects": ["b.>"]})
+        start = clock.now_ns()
+        _publish(js, "B", 40_000, clock, 4_000)  # 10 files of 4 row groups
+        js.delete_message("B", 777)
+        js.delete_message("B", 30_001, erase=False)
+        js = reopen(js, clock, cache_bytes=256 * 1024)  # every read from the table
+        stream = js.stream("B")
+        store = stream.store
+        assert isinstance(store, DeltaStore)
+        cache = store.reads._row_groups
+        cache.bounds_budget = 3 * FileBounds.read(_files(js, "B")[0], _LOCAL).nbytes  # fewer than the files
+        rng = random.Random(5)
+        for seq in [rng.randrange(1, 40_001) for _ in range(300)] + [1, 40_000]:
+            if seq in (777, 30_001):
+                continue
+            msg = js.get_message("B", seq)
+            assert (msg.seq, msg.subject, msg.data) == (seq, f"b.{(seq - 1) % 7}", f"m-{seq - 1}".encode())
+            assert cache.nbytes <= cache.budget and cache._files_bytes <= cache.bounds_budget
+        for seq in (777, 30_001):
+            with pytest.raises(JetStreamError):
+                js.get_message("B", seq)
+        for seq in [rng.randrange(1, 40_001) for _ in range(100)] + [777, 30_001]:
+            since = start + (seq - 1) // 500 * 1_000_000  # when the batch of `seq` was stamped
+            first = (seq - 1) // 500 * 500 + 1
+            expected = first + (first == 777) + (first == 30_001)  # a removed message is skipped
+            assert stream.at_or_after_time(since).seq == expected, seq
+        assert len(cache._files) <= 3 and cache.nbytes <= cache.budget
+    finally:
+        js.close()
+
+
+def test_a_read_through_the_cache_leaves_no_cyclic_garbage(js: JetStream, clock: ManualClock) -> None:
     js.add_stream({"name": "S", "subjects": ["s.>"]})
-    for i in range(3000):
-        js.publish_one(f"s.{i % 7}", b"x" * 20)
-    js.flush()
+    _publish(js, "S", 3000, clock, 3000)
     store = js.stream("S").store
     assert isinstance(store, DeltaStore)
-    files = sorted(Path(js.layout.stream_table("S")).rglob("*.parquet"))
-    assert files
+    path = _files(js, "S")[0]
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         gc.collect()
-        footer = Footer.read(str(files[0]), None)
-        assert footer.schema.names[:3] == ["seq", "subject", "ts"] and footer.meta.num_rows > 0
-        assert np.all(footer.lows <= footer.highs)
-        del footer
-        assert gc.collect() == 0, "a parsed footer was left for the cyclic collector"
+        bounds = FileBounds.read(path, _LOCAL)
+        assert bounds.schema.names[:3] == ["seq", "subject", "ts"] and int(bounds.rows.sum()) == 3000
+        assert np.all(bounds.lows <= bounds.highs)
+        del bounds
+        assert gc.collect() == 0, "a file's bounds were left for the cyclic collector"
         cache = store.reads._row_groups
         cache.clear()
-        cache.footer(str(files[0]))  # what a read by sequence parses and keeps
+        assert cache.find(path, 1234) is not None  # what a read by sequence reads and keeps
         assert cache.nbytes > 0
         cache.clear()  # and what the cache drops
-        assert gc.collect() == 0, "a footer dropped by the cache was left for the cyclic collector"
+        assert gc.collect() == 0, "a read dropped by the cache was left for the cyclic collector"
     finally:
         if was_enabled:
             gc.enable()
