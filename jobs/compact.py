@@ -3,9 +3,14 @@
 The gateway's flusher commits a stream about once a second, each commit adding one small file per
 subject partition it touched, and a table's read and commit costs grow with its live file count. For
 each stream table and the `_system` tables (tombstones, acks) this job, under the table's commit lease:
-1. runs Delta's `OPTIMIZE` (bin-packing per partition toward `target_file_bytes`, Delta's
-   `spark.databricks.delta.optimize.maxFileSize`; files already that large are left alone) — only
-   when some partition holds two or more files smaller than the target, so a rerun commits nothing;
+1. bin-packs each partition's files smaller than `target_file_bytes` into files of about that size
+   (files already that large are left alone), sorted by `seq` within each file written: a stream
+   table's row groups (at most 1,024 rows) then hold increasing, disjoint ranges of sequences, so a
+   read by sequence or time decodes one group, found by the groups' statistics. Delta's `OPTIMIZE`
+   concatenates a bin's files largest first and cannot sort; this is its bin job on Delta's own
+   transaction API (one `OPTIMIZE` commit, `dataChange` false, as `OPTIMIZE` writes it). Tables
+   without a `seq` column (the `_system` ones) get Delta's `OPTIMIZE`. Either runs only when some
+   partition holds two or more files smaller than the target, so a rerun commits nothing;
 2. writes a checkpoint at the table's latest version when it has none there, and removes log entries
    older than the table's `delta.logRetentionDuration` (Delta's expired-log cleanup; `log_retention`
    sets that property, e.g. "interval 7 days").
@@ -26,7 +31,7 @@ from collections import Counter
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from engine.keys import Keyring
 from engine.store.layout import PARTITION_COLUMN, Layout, TableLocation
@@ -48,6 +53,7 @@ from jobs.tables import (
 )
 
 DEFAULT_TARGET_FILE_BYTES = 128 * 1024 * 1024
+SORT_COLUMN = "seq"  # a stream table's: the order reads by sequence and by time find row groups in
 
 
 def run(
@@ -139,10 +145,12 @@ def _compact_table(
     if small:
         reached("compact.optimize")
         with leased(layout, path, times):
-            row = spark.sql(f"OPTIMIZE {spark_table(path)}").collect()[0]
+            if SORT_COLUMN in [f.name for f in dt.schema().fields]:
+                removed, added, partitions = _optimize_sorted(spark, path, target)
+            else:
+                m = spark.sql(f"OPTIMIZE {spark_table(path)}").collect()[0].metrics
+                removed, added, partitions = int(m.numFilesRemoved), int(m.numFilesAdded), int(m.partitionsOptimized)
         reached("compact.optimized")
-        m = row.metrics
-        removed, added, partitions = int(m.numFilesRemoved), int(m.numFilesAdded), int(m.partitionsOptimized)
         if removed:
             figures["tables_compacted"] += 1
     log_before = _log_entries(layout, path)
@@ -166,6 +174,81 @@ def _compact_table(
         progress, name, before, after, removed, added, partitions, "written" if checkpointed else "current",
         cleaned, time.monotonic() - started,
     )
+
+
+def _optimize_sorted(spark: SparkSession, path: TableLocation, target: int) -> tuple[int, int, int]:
+    """Delta's OPTIMIZE bin job with each written file sorted by `seq`; returns (files removed, files
+    added, partitions optimized). One transaction, under the caller's lease: the files it reads are
+    those of the snapshot it commits on."""
+    jvm = spark._jvm  # noqa: SLF001 - Delta's Python API has no bin job to give a sort
+    delta = jvm.org.apache.spark.sql.delta
+    delta_log = delta.DeltaLog.forTable(spark._jsparkSession, path.spark_uri)  # noqa: SLF001
+    txn = delta_log.startTransaction()
+    files = {json.loads(f.json())["add"]["path"]: f for f in _java_list(jvm, txn.filterFiles())}
+    bins = _bins(open_table(path), target, files.keys())
+    adds: list[Any] = []
+    removes: list[Any] = []
+    now_ms = int(time.time() * 1000)
+    for paths in bins:
+        chosen = [files[p] for p in paths]
+        frame = delta_log.createDataFrame(txn.snapshot(), _scala_seq(jvm, chosen), False, jvm.scala.Some("Optimize"))
+        ordered = DataFrame(frame, spark).coalesce(1).sortWithinPartitions(SORT_COLUMN)
+        written = txn.writeFiles(ordered._jdf, jvm.scala.Option.empty(), True, _scala_seq(jvm, []))  # noqa: SLF001
+        for action in _java_list(jvm, written):
+            add = json.loads(action.json())
+            add["add"]["dataChange"] = False  # a rearrangement, as OPTIMIZE commits it
+            adds.append(delta.actions.Action.fromJson(json.dumps(add)))
+        removes += [f.removeWithTimestamp(now_ms, False) for f in chosen]
+    if not bins:
+        return 0, 0, 0
+    operation = getattr(delta, "DeltaOperations$Optimize")(
+        _scala_seq(jvm, []), _scala_seq(jvm, []), False, jvm.scala.Option.empty(), False)
+    txn.commit(_scala_seq(jvm, adds + removes), operation)
+    return len(removes), len(adds), len({_partition_of(p, files) for paths in bins for p in paths})
+
+
+def _bins(dt, target: int, paths: Any) -> list[list[str]]:  # noqa: ANN001
+    """Per partition, its files smaller than `target` in `seq` order, cut into bins of up to `target`
+    bytes (Delta's bin-packing, in sequence order so that each file written holds a range of the
+    partition's sequences); bins of one file are left as they are."""
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    names = actions.schema.names
+    column = f"partition.{PARTITION_COLUMN}"
+    rows = zip(actions.column("path").to_pylist(), actions.column("size_bytes").to_pylist(),
+               actions.column(column).to_pylist() if column in names else [None] * actions.num_rows,
+               actions.column("min.seq").to_pylist() if "min.seq" in names else [0] * actions.num_rows, strict=True)
+    known = set(paths)
+    partitions: dict[Any, list[tuple[int, int, str]]] = {}
+    for path, size, partition, low in rows:
+        if path in known and size < target:
+            partitions.setdefault(partition, []).append((low if low is not None else 0, size, path))
+    bins: list[list[str]] = []
+    for files in partitions.values():
+        current: list[str] = []
+        current_size = 0
+        for _, size, path in sorted(files):
+            if current and current_size + size > target:
+                bins.append(current)
+                current, current_size = [], 0
+            current.append(path)
+            current_size += size
+        bins.append(current)
+    return [b for b in bins if len(b) > 1]
+
+
+def _partition_of(path: str, files: dict[str, Any]) -> str:
+    return json.dumps(json.loads(files[path].json())["add"]["partitionValues"], sort_keys=True)
+
+
+def _java_list(jvm: Any, seq: Any) -> list[Any]:
+    return list(jvm.scala.jdk.javaapi.CollectionConverters.asJava(seq))
+
+
+def _scala_seq(jvm: Any, items: list[Any]) -> Any:
+    values = jvm.java.util.ArrayList()
+    for item in items:
+        values.add(item)
+    return jvm.scala.jdk.javaapi.CollectionConverters.asScala(values).toList()
 
 
 def _has_small_files(dt, target: int) -> bool:  # noqa: ANN001
