@@ -60,7 +60,8 @@ class FileBounds:
         self.highs = np.array([st.max if st is not None and st.has_min_max else _UNKNOWN_HIGH for st in seq_stats],
                               np.int64)
         self.last_ts = np.array([_last_us(g.column(ts).statistics) for g in chunks], np.int64)
-        leaves = [chunks[0].column(i).path_in_schema.split(".")[0] for i in range(chunks[0].num_columns)] if groups else []
+        first = chunks[0] if groups else None
+        leaves = [first.column(i).path_in_schema.split(".")[0] for i in range(first.num_columns)] if first is not None else []
         self.optional = [name for name in optional if name in names]
         self.nulls = np.zeros(groups, np.uint8)
         for bit, name in enumerate(self.optional):
@@ -101,7 +102,8 @@ class FileBounds:
     def metadata(self, file: pa.NativeFile, groups: Sequence[int]) -> pq.FileMetaData:
         """A footer holding only `groups` (in that order; read them as 0..n-1): their entries are read
         from `file`, consecutive ones at once."""
-        parts = [self._head, _field_header(_NUM_ROWS, _I64, self._head_last) + _varint(_zigzag(int(self.rows[list(groups)].sum()))),
+        rows = int(self.rows[list(groups)].sum())
+        parts = [self._head, _field_header(_NUM_ROWS, _I64, self._head_last) + _varint(_zigzag(rows)),
                  _field_header(_ROW_GROUPS, _LIST, _NUM_ROWS) + _list_header(len(groups), _STRUCT)]
         run_start = 0
         for i in range(1, len(groups) + 1):
