@@ -60,8 +60,8 @@ class FileBounds:
         self.highs = np.array([st.max if st is not None and st.has_min_max else _UNKNOWN_HIGH for st in seq_stats],
                               np.int64)
         self.last_ts = np.array([_last_us(g.column(ts).statistics) for g in chunks], np.int64)
-        first = chunks[0] if groups else None
-        leaves = [first.column(i).path_in_schema.split(".")[0] for i in range(first.num_columns)] if first is not None else []
+        width = chunks[0].num_columns if groups else 0
+        leaves = [chunks[0].column(i).path_in_schema.split(".")[0] for i in range(width)]
         self.optional = [name for name in optional if name in names]
         self.nulls = np.zeros(groups, np.uint8)
         for bit, name in enumerate(self.optional):
