@@ -18,6 +18,7 @@ import secrets
 import string
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,6 +26,7 @@ import orjson
 
 from engine import errors
 from engine.accounts import limits as account_limits
+from engine.catalog_store import CatalogStore
 from engine.clock import Clock
 from engine.ack_events import NAK, AckEvent, AckEvents
 from engine.consumer import Consumer, Delivery
@@ -39,6 +41,7 @@ from engine.consumer_config import (
 from engine.store.acks import SNAPSHOT, AckStore, ConsumerHistory, EventBlock, EventRow, LogItem, Ticket
 from engine.store.backlog import Backlog
 from engine.store.layout import Layout
+from engine.store.objectstore import ObjectNotFoundError
 from engine.store.leases import Lease
 
 if TYPE_CHECKING:
@@ -68,7 +71,9 @@ class Consumers:
         # Read once at start (`prepare`) for every stream; a stream opened later (engine/catalog.py)
         # restores its consumers from what is left here, and takes it out.
         self._histories: dict[str, ConsumerHistory] | None = None
-        self._unrestored: dict[str, list[str]] = {}  # consumer config keys by stream folder
+        # stream -> its consumers' names, each with whether it acts unasked (from the catalog copy)
+        self._unrestored: dict[str, dict[str, bool]] = {}
+        self.catalog: CatalogStore | None = None  # marks each change of a config file (engine/catalog_store.py)
         self.notify: Callable[[str], None] | None = None
         self.limits = account_limits.UNLIMITED_LIMITS  # the account's JetStream limits, set by the engine
         # Called (stream, consumer, stream seq, deliveries) when a message reaches max_deliver, under the
@@ -81,35 +86,37 @@ class Consumers:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def open(self, streams: dict[str, Stream]) -> None:
-        self.prepare()
         for stream in streams.values():
             self.restore_stream(stream)
 
-    def prepare(self) -> None:
-        """Reads every consumer's history (the ack table and log, once) and lists every consumer config
-        (once): the streams opened at start and those opened later restore from them."""
+    def prepare(self, consumers: dict[str, dict[str, bool]]) -> None:
+        """Reads every consumer's history (the ack table and log, once) and keeps every stream's consumer
+        names (`consumers`, from the catalog): the streams opened at start and those opened later
+        restore from them."""
         if self.scoped or self._histories is not None:
             return  # scoped: each stream's ack store opens with the stream (`open_stream`)
         self.acks.create()
         self._histories = self.acks.recover()
-        self._unrestored = self._config_keys()
+        self._unrestored = {stream: names for stream, names in consumers.items() if names}
 
     def restore_stream(self, stream: Stream) -> None:
         """Reopens the consumers of a stream opened after the start (or at it)."""
         if self.scoped or self._histories is None:
             return
-        keys = self._unrestored.pop(self.layout.consumer_configs_key(stream.name), [])
-        self._restore(stream, keys, self._histories)
+        names = self._unrestored.pop(stream.name, {})
+        self._restore(stream, [self._config_key(stream.name, n) for n in sorted(names)], self._histories)
 
     def act_alone(self, stream: str) -> bool:
         """Whether a stream has a consumer that acts unasked, so the stream is opened at start: a push
         consumer delivers, an ephemeral one or one with an inactivity threshold goes away on its own."""
-        for key in self._unrestored.get(self.layout.consumer_configs_key(stream), []):
-            record = orjson.loads(self.layout.objects.get(key).data)
-            config = record.get("config") or {}
-            if record.get("ephemeral") or config.get("deliver_subject") or config.get("inactive_threshold"):
-                return True
-        return False
+        return any(self._unrestored.get(stream, {}).values())
+
+    def unrestored(self, stream: str) -> dict[str, bool]:
+        """The consumer names (and whether each acts unasked) of a stream not opened yet."""
+        return dict(self._unrestored.get(stream, {}))
+
+    def unrestored_count(self, stream: str) -> int:
+        return len(self._unrestored.get(stream, ()))
 
     def open_stream(self, stream: Stream, lease: Lease) -> None:
         """A stream this gateway now owns (scoped mode): its ack store, fenced by `lease`, and its consumers."""
@@ -144,7 +151,11 @@ class Consumers:
     def _restore(self, stream: Stream, keys: list[str], histories: dict[str, ConsumerHistory]) -> None:
         """Reopens a stream's consumers from their configs and their histories (snapshot, later events)."""
         for key in keys:
-            record = orjson.loads(self.layout.objects.get(key).data)
+            try:
+                record = orjson.loads(self.layout.objects.get(key).data)
+            except ObjectNotFoundError:  # the catalog named it; its file is the truth (removed since)
+                log.warning("consumer config %s is gone: not restored", key)
+                continue
             config = parse_consumer_config(_config_json(stream, record))
             consumer = Consumer(stream, config, record["name"], record["consumer_id"], record["created"], record["ephemeral"])
             history = histories.pop(consumer.consumer_id, None)
@@ -214,7 +225,9 @@ class Consumers:
     def _remove(self, stream: Stream, consumer: Consumer) -> None:
         consumer.deleted = True
         del stream.consumers[consumer.name]
-        self.layout.objects.delete(self._config_key(stream.name, consumer.name))
+        if stream.config.storage == "file":
+            with self._changing(stream.name):
+                self.layout.objects.delete(self._config_key(stream.name, consumer.name))
         self.acks_of(stream).forget(consumer.consumer_id)
         self._sweep(stream)
         self._notify(stream)
@@ -276,7 +289,12 @@ class Consumers:
             "ephemeral": consumer.ephemeral,
             "start": consumer.snapshot(),
         }
-        self.layout.objects.put(self._config_key(consumer.stream.name, consumer.name), orjson.dumps(record))
+        with self._changing(consumer.stream.name):
+            self.layout.objects.put(self._config_key(consumer.stream.name, consumer.name), orjson.dumps(record))
+
+    def _changing(self, stream: str) -> AbstractContextManager[None]:
+        """The catalog's mark for a change of a stream's consumer files (nothing in scoped mode)."""
+        return self.catalog.changing(stream) if self.catalog is not None else nullcontext()
 
     def _config_keys(self, under: str | None = None) -> dict[str, list[str]]:
         """Every consumer config of the account (or `under` one stream's folder) by its stream's folder key,

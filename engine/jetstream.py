@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,11 +28,12 @@ import orjson
 
 from engine import encryption, errors
 from engine.catalog import CatalogEntry, StreamRecord, check_overlap, check_page, in_parallel, listed, opened_at_start
+from engine.catalog_store import CatalogItem, CatalogStore
 from engine.accounts import limits as account_limits
 from engine.accounts.limits import UNLIMITED_LIMITS, AccountLimits
 from engine.errors import JetStreamError
 from engine.clock import Clock, SystemClock
-from engine.consumer import Delivery
+from engine.consumer import Consumer, Delivery
 from engine.consumers import Consumers
 from engine.config import StreamConfig, check_stream_config, check_stream_update, parse_stream_config, same_config
 from engine.flusher import Flusher, FlushResult, FlushStats
@@ -41,7 +43,9 @@ from engine.keys import Keyring, MasterKey
 from engine.kv import KeyValueStores
 from engine.objects import ObjectStores
 from engine.store.backlog import DEFAULT_MAX_LOG_BYTES, DEFAULT_MAX_TOTAL_BYTES, Backlog
+from engine.store import failpoints
 from engine.store.base import StoredMessage, StreamStore
+from engine.store.commits import is_latest_version
 from engine.store.delta import DEFAULT_CACHE_BYTES, DeltaStore
 from engine.store.layout import Layout
 from engine.store.lease import OwnerLock
@@ -97,6 +101,10 @@ class JetStream:
         self._streams: dict[str, CatalogEntry] = {}  # every stream; opened on first use (engine/catalog.py)
         self._by_subject: dict[str, str | None] = {}
         self._tombstones: TombstoneView | None = None  # read at open; kept for the streams opened later
+        self.catalog = CatalogStore(self.layout)  # the catalog's compact copy (engine/catalog_store.py)
+        self._counters: dict[str, dict[str, int]] = {}  # unopened streams' counters from the copy
+        self._rewriter: threading.Thread | None = None
+        self._rewriter_lock = threading.Lock()
         self._lock = threading.RLock()
         # The gateway's accounts share one backlog (engine/accounts/registry.py): its bound is the gateway's.
         self.backlog = backlog or Backlog(self.options.max_unflushed_bytes, self.options.max_unflushed_total)
@@ -104,6 +112,7 @@ class JetStream:
         self._log_lease = self._owner.lease if self.options.wal == "object" else None
         self.consumers = Consumers(self.layout, self.clock, self.options.sync_always, self.backlog, self._log_lease)
         self.consumers.scoped = self.options.cluster
+        self.consumers.catalog = None if self.options.cluster else self.catalog
         # Several gateways (engine/cluster/service.py): a stream's lease is taken to make it, released to delete it
         self.claim_stream: Callable[[str], Lease] | None = None
         self.release_stream: Callable[[str], None] | None = None
@@ -151,8 +160,12 @@ class JetStream:
         self._owner.acquire(self.options.takeover_wait)
         try:
             self._tombstones = TombstoneView(self.layout.tombstones)  # read once for every stream
-            self.consumers.prepare()
-            opened = self._load_streams(self._stream_config_keys())
+            records, consumers, rewrite = self._read_catalog()
+            self.consumers.prepare(consumers)
+            opened = self._load_streams(records)
+            if rewrite:
+                self._rewrite_catalog()
+            self.catalog.on_marks = self._rewrite_in_background
             if all(e.stream is not None for e in self._streams.values()):
                 self._tombstones = None
             from engine.erasures import registry  # pending erasures: forgotten again by the rebuilt memory
@@ -193,6 +206,10 @@ class JetStream:
                     stream.store.close()
                 except OSError as exc:
                     log.error("closing stream %s's log failed: %s", stream.name, exc)
+            if self._rewriter is not None:
+                self._rewriter.join()
+            if not result.failed and not self.options.cluster:
+                self._rewrite_catalog(final=True)
             self._owner.release()
             self.opened = False
             if result.failed:
@@ -208,27 +225,103 @@ class JetStream:
         for stream in self.streams():
             stream.unavailable = stream.failure = f"this gateway no longer owns the warehouse: {reason}"
 
-    def _stream_config_keys(self) -> list[str]:
-        """The keys of the account's stream configs, in name order: one listing of the store."""
-        folder = self.layout.stream_configs_key + "/"
-        return [meta.key for meta in self.layout.objects.list(self.layout.stream_configs_key)
-                if meta.key.endswith(".json") and "/" not in meta.key[len(folder):]]
+    def _read_catalog(self) -> tuple[list[StreamRecord], dict[str, dict[str, bool]], bool]:
+        """Every stream's record (in name order) and consumer names, and whether the catalog copy must
+        be rewritten: from the copy and the files of the streams marked since it was written, or from
+        every file when there is no intact copy (engine/catalog_store.py)."""
+        loaded = self.catalog.load()
+        if loaded is None:
+            items = self.catalog.scan(in_parallel)
+            records = {name: StreamRecord.from_json(item.record) for name, item in items.items()}
+            marked: list[str] = []
+        else:
+            items, marked = loaded
+            try:
+                records = {name: StreamRecord.from_catalog(item.record) for name, item in items.items()}
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("the catalog copy does not parse (%s): every stream's files are read", exc)
+                items, marked = self.catalog.scan(in_parallel), []
+                records = {name: StreamRecord.from_json(item.record) for name, item in items.items()}
+                loaded = None
+        for name in marked:
+            item = self.catalog.read_stream(name)
+            if item is None:
+                items.pop(name, None)
+                records.pop(name, None)
+                continue
+            records[name], items[name] = StreamRecord.from_json(item.record), item
+        self._counters = {name: item.state for name, item in items.items() if item.state is not None}
+        consumers = {name: item.consumers for name, item in items.items()}
+        return [records[name] for name in sorted(records)], consumers, loaded is None or bool(marked)
 
-    def _load_streams(self, keys: list[str]) -> list[Stream]:
-        """Reads every stream's record and recovers the streams that cannot wait (engine/catalog.py), a
-        few at a time: a stream's recovery mostly waits on small objects (its config, index snapshot,
-        log folder, the table's latest commit), and each touches only its own state and the shared,
-        read-only tombstone view. They are registered in name order; returns the streams opened."""
-        records = in_parallel(self._read_record, keys)
+    def _catalog_items(self, marked: set[str], counters: dict[str, int] | None = None) -> dict[str, CatalogItem]:
+        """The catalog copy to write: the marked streams from their files again, the others from memory
+        (an unopened stream's record and consumer names; an opened one's config and consumers).
+        `counters` (stream id -> its committed tombstone lsn, after a final flush) adds the counters
+        of the opened streams; unopened ones keep theirs."""
+        with self._lock:
+            entries = list(self._streams.items())
+        items: dict[str, CatalogItem] = {}
+        for name, entry in entries:
+            stream = entry.stream
+            if stream is None:
+                assert entry.record is not None
+                items[name] = CatalogItem(entry.record.to_json(), self.consumers.unrestored(name),
+                                          self._counters.get(name))
+            elif isinstance(stream.store, DeltaStore) and not stream.deleted:
+                with stream.lock:
+                    consumers = {c.name: _acts_alone(c) for c in stream.consumers.values()}
+                    state = _stream_counters(stream, counters) if counters is not None else None
+                items[name] = CatalogItem(self._record(stream), consumers, state)
+        for name in marked:
+            item = self.catalog.read_stream(name)
+            if item is None:
+                items.pop(name, None)
+                continue
+            previous = items.get(name)
+            item.record = StreamRecord.from_json(item.record).to_json()
+            item.state = previous.state if previous is not None else None
+            items[name] = item
+        return items
+
+    def _rewrite_catalog(self, final: bool = False) -> None:
+        """Rewrites the catalog copy (engine/catalog_store.py); `final` (every stream flushed, the
+        flusher stopped) also records the opened streams' counters. The copy is a cache: a failure
+        leaves the marks, and the next start reads the marked streams' files."""
+        try:
+            lsns = None
+            if final:
+                view = TombstoneView(self.layout.tombstones)
+                lsns = {s.stream_id: view.for_stream(s.stream_id).lsn for s in self._streams_view()
+                        if isinstance(s.store, DeltaStore)}
+            started = time.monotonic()
+            if self.catalog.rewrite(lambda marked: self._catalog_items(marked, lsns)):
+                log.info("catalog copy of %d streams written in %.2fs", len(self._streams), time.monotonic() - started)
+        except Exception as exc:  # noqa: BLE001 - a cache: the marks stay for the next start
+            log.warning("the catalog copy was not rewritten (the next start reads the marked streams): %s", exc)
+
+    def _rewrite_in_background(self) -> None:
+        """Many marks gathered (streams made or changed): the copy is rewritten off the caller's thread."""
+        with self._rewriter_lock:  # not the registry's lock: a consumer change calls this under its stream's lock
+            if self._rewriter is not None and self._rewriter.is_alive():
+                return
+            self._rewriter = threading.Thread(target=self._rewrite_catalog, name="jetlake-catalog", daemon=True)
+            self._rewriter.start()
+
+    def _load_streams(self, records: list[StreamRecord]) -> list[Stream]:
+        """Recovers the streams that cannot wait (engine/catalog.py), a few at a time: a stream's
+        recovery mostly waits on small objects (its config, index snapshot, log folder, the table's
+        latest commit), and each touches only its own state and the shared, read-only tombstone view.
+        Every stream is registered in name order; returns the streams opened."""
         # logs in the object store are not listed here; byte limits: every publish sums every stream's bytes
         every = self.options.wal != "local" or bool(self._limits.limits_bytes)
         urgent = opened_at_start(records, self.layout, self.consumers.act_alone, every)
         opened = in_parallel(lambda r: self._open_record(r, None, self._tombstones),
-                             [r for r in records if r.config.name in urgent])
+                             [r for r in records if r.name in urgent])
         by_name = {s.name: s for s in opened}
         for record in records:
-            stream = by_name.get(record.config.name)
-            self._streams[record.config.name] = CatalogEntry.of(stream) if stream else CatalogEntry(record)
+            stream = by_name.get(record.name)
+            self._streams[record.name] = CatalogEntry.of(stream) if stream else CatalogEntry(record)
         log.info("%d streams: %d opened at start, the others on first use", len(records), len(opened))
         return opened
 
@@ -359,7 +452,7 @@ class JetStream:
             raise errors.invalid_config("stream configuration for create can not be sealed")
         config = check_stream_config(config, pedantic)
         with self._lock:
-            others = [e.config for n, e in self._streams.items() if n != config.name]
+            others = [e.shape for n, e in self._streams.items() if n != config.name]
             account_limits.check_stream(self._limits, config, others)
             existing = self._streams.get(config.name)
             if existing is not None:
@@ -407,7 +500,7 @@ class JetStream:
             stream = self._stream(name)
             check_stream_update(stream.config, config)
             encryption.check_update(stream.config, config, _key_tokens(stream) is not None)
-            others = [e.config for n, e in self._streams.items() if n != name]
+            others = [e.shape for n, e in self._streams.items() if n != name]
             account_limits.check_stream(self._limits, config, others, update=stream.config)
             check_overlap(self._streams, config, exclude=name)
             old = stream.config
@@ -432,7 +525,8 @@ class JetStream:
             entry = self._streams.get(name)
             if entry is None or entry.stream is None:
                 raise errors.StreamNotFoundError()
-            with entry.stream.lock:
+            stored = isinstance(entry.stream.store, DeltaStore)
+            with entry.stream.lock, self._changing(name) if stored else nullcontext():
                 entry.stream.deleted = True
                 self.consumers.drop_stream(entry.stream)
                 del self._streams[name]
@@ -517,12 +611,22 @@ class JetStream:
             return [e.stream for e in self._streams.values() if e.stream is not None]
 
     def _write_config(self, stream: Stream) -> None:
-        record = {
+        with self._changing(stream.name):
+            action = failpoints.hit("stream.config") if failpoints.ARMED else None
+            self.layout.objects.put(self.layout.stream_config_key(stream.name), orjson.dumps(self._record(stream)))
+            failpoints.after("stream.config", action)
+
+    def _changing(self, name: str) -> AbstractContextManager[None]:
+        """The catalog's mark for a change of a stream's files (none with several gateways: no copy)."""
+        return nullcontext() if self.options.cluster else self.catalog.changing(name)
+
+    @staticmethod
+    def _record(stream: Stream) -> dict[str, Any]:
+        return {
             "config": stream.config.to_json(), "created": stream.created_ns, "stream_id": stream.stream_id,
             "partition_tokens": stream.store.partitioner.tokens,
             **encryption.record_field(_key_tokens(stream), _protected(stream)),
         }
-        self.layout.objects.put(self.layout.stream_config_key(stream.name), orjson.dumps(record))
 
     def _info(self, stream: Stream, subjects_filter: str | None = None, offset: int = 0) -> dict[str, Any]:
         state = stream.state(subjects_filter, offset)
@@ -543,7 +647,7 @@ class JetStream:
     def stream_name_for_subject(self, subject: str) -> str | None:
         """The name of the stream capturing a literal subject, from the catalog (nothing is opened)."""
         entry = self._entry_for_subject(subject, open_=False)
-        return entry.config.name if entry else None
+        return entry.name if entry else None
 
     def _entry_for_subject(self, subject: str, open_: bool = True) -> CatalogEntry | None:
         """The stream capturing a literal subject, opened unless `open_` is False (then it may not be);
@@ -553,7 +657,7 @@ class JetStream:
         except KeyError:
             with self._lock:
                 name = next(
-                    (n for n, e in self._streams.items() if any(subject_matches(f, subject) for f in e.config.subjects or [])),
+                    (n for n, e in self._streams.items() if any(subject_matches(f, subject) for f in e.subjects)),
                     None,
                 )
                 if len(self._by_subject) > 100_000:
@@ -666,7 +770,7 @@ class JetStream:
             if entry is None:
                 return None
             column = batch.subject_column()
-            captured = matches_mask(list(entry.config.subjects or []), column)
+            captured = matches_mask(list(entry.subjects), column)
             return entry if bool((captured & valid_publish_mask(column)).all()) else None
         found: CatalogEntry | None = None
         for subject in distinct:
@@ -788,20 +892,61 @@ class JetStream:
     # -- account ------------------------------------------------------------------------------
 
     def account_info(self) -> dict[str, Any]:
-        """JetStream's AccountInfo (without `api`, which the front doors count): usage and limits. Its
-        usage is every stream's bytes: the streams not opened yet are opened (engine/catalog.py)."""
-        self._open_all()
-        streams = self.streams()
-        configs = [s.config for s in streams]
+        """JetStream's AccountInfo (without `api`, which the front doors count): usage and limits. A
+        stream not opened yet counts by the counters the catalog copy holds for it, when its table and
+        tombstones are still where they were when they were written; otherwise it is opened."""
+        with self._lock:
+            entries = list(self._streams.items())
+        memory = storage = consumers = 0
+        for name, entry in entries:
+            counted = self._stored_counters(name, entry) if entry.stream is None else None
+            if counted is None:
+                stream = self._opened(entry)
+                used, consumers = stream.index.bytes, consumers + stream.consumer_count
+            else:
+                used, consumers = counted["bytes"], consumers + self.consumers.unrestored_count(name)
+            if entry.shape.storage == "memory":
+                memory += used
+            else:
+                storage += used
+        configs = [entry.shape for _, entry in entries]
         return {
-            "memory": sum(s.index.bytes for s in streams if s.config.storage == "memory"),
-            "storage": sum(s.index.bytes for s in streams if s.config.storage == "file"),
+            "memory": memory,
+            "storage": storage,
             "reserved_memory": account_limits.reserved_bytes(configs, "memory"),
             "reserved_storage": account_limits.reserved_bytes(configs, "file"),
-            "streams": len(streams),
-            "consumers": sum(s.consumer_count for s in streams),
+            "streams": len(entries),
+            "consumers": consumers,
             "limits": self._limits.to_json(),
         }
+
+    def _stored_counters(self, name: str, entry: CatalogEntry) -> dict[str, int] | None:
+        """An unopened stream's counters from the catalog copy, if nothing changed its table or its
+        tombstones since they were taken (two HEADs, and the tombstone view read at start); else None."""
+        counted, record, tombstones = self._counters.get(name), entry.record, self._tombstones
+        if counted is None or record is None or tombstones is None:
+            return None
+        if tombstones.for_stream(record.stream_id).lsn != counted["tombstone_lsn"]:
+            return None
+        if not is_latest_version(self.layout.stream_table_location(name), counted["table_version"]):
+            return None
+        return counted
+
+
+def _acts_alone(consumer: Consumer) -> bool:
+    """engine/catalog_store.py's `acts_alone` of a live consumer."""
+    config = consumer.config
+    return bool(consumer.ephemeral or config.deliver_subject or config.inactive_threshold)
+
+
+def _stream_counters(stream: Stream, tombstone_lsns: dict[str, int]) -> dict[str, int] | None:
+    """A flushed stream's counters for the catalog copy, with the table version and the committed
+    tombstone lsn they are true at (None while anything is unflushed)."""
+    store = stream.store
+    if not isinstance(store, DeltaStore) or store.has_pending() or store.table_version is None:
+        return None
+    return {"messages": stream.index.msgs, "bytes": stream.index.bytes, "table_version": store.table_version,
+            "tombstone_lsn": tombstone_lsns.get(stream.stream_id, 0)}
 
 
 def _check_available(stream: Stream) -> None:

@@ -269,6 +269,11 @@ class DeltaStore:
             return 0.0
         return max((time.monotonic() if now is None else now) - self._oldest_unflushed, 0.0)
 
+    @property
+    def table_version(self) -> int | None:
+        """The table's version as this store last committed or read it (None: no table yet)."""
+        return self._table_version
+
     def has_pending(self) -> bool:
         return self._unflushed_bytes > 0 or bool(self._pending_removals)
 

@@ -35,6 +35,7 @@ Names (a step that does not support an action treats it as its nearest kind, e.g
     erase.delete, erase.deleted, erase.retention_zeroed, erase.vacuumed, erase.log_cleaned,
     erase.retention_restored, erase.cleaned, erase.tombstones_removed      its property changes and cleanups
     keys.rotate                                    a stream's new key epoch (engine/keys/stream_keys.py `rotate`)
+    stream.config                                  a stream's config record put (create, update; engine/catalog_store.py)
     accounts.delete_keys                           an account deletion's keyring step (engine/accounts/deletion.py)
     rekey.merge, rekey.merged                      compaction's re-encryption of a stream (jobs/rekey.py): before
                                                    and after its MERGE, before the older keys are destroyed
