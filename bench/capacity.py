@@ -11,7 +11,9 @@ Three scenarios, each run against a JetLake gateway and against nats-server in t
   restart time, `last_by_subj` p50/p99 over random subjects, one `subjects_filter` page, and a Spark
   SQL `WHERE subject = …` with the files it read.
 - `streams`: S streams with one durable consumer and a few messages each: RSS, log segments, threads
-  and open files, restart time and RSS after it (nats-server fed by nats-py).
+  and open files, restart time (wall, and the gateway's CPU) and RSS after it, and an account info
+  after the restart (time, CPU, RSS: it counts idle streams from the catalog copy) (nats-server fed by
+  nats-py).
 
 Reads are measured over HTTP and again through JetLake's NATS door (`nats_door`) with the same
 nats-py requests (`$JS.API.STREAM.MSG.GET`) that measure nats-server: the same client, the same protocol.
@@ -89,6 +91,12 @@ def settled_rss_mb(pid: int, window: float = 10.0) -> float | None:
         if now is not None and (low is None or now < low):
             low = now
     return low
+
+
+def cpu_seconds(pid: int) -> float:
+    """The process's user and system CPU time so far (a wall time on a loaded machine says little)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def threads_and_files(pid: int) -> dict:
@@ -590,10 +598,14 @@ def scenario_streams(args: argparse.Namespace, workdir: Path) -> dict:
         jl.update(threads_and_files(proc.pid))
         jl["log_segments"] = sum(1 for _ in (warehouse / "default" / "_wal").rglob("*.wal"))
         proc, port, jl["restart_s"] = restart_gateway(proc, {}, warehouse, workdir, "streams", extra)
+        jl["restart_cpu_s"] = cpu_seconds(proc.pid)  # the gateway's CPU from its start to healthy
         jl["rss_after_restart_mb"] = rss_mb(proc.pid)
         jl["after_restart"] = threads_and_files(proc.pid)
-        _, info = http_call(port, "GET", "/v1/info")
-        jl["info"] = {k: info.get(k) for k in ("streams", "consumers")}
+        t0, cpu0 = time.monotonic(), cpu_seconds(proc.pid)
+        _, info = http_call(port, "GET", "/v1/info", timeout=3600)  # counted from the catalog copy
+        jl["account_info_s"], jl["account_info_cpu_s"] = round(time.monotonic() - t0, 2), cpu_seconds(proc.pid) - cpu0
+        jl["info"] = {k: info.get(k) for k in ("streams", "consumers", "storage")}
+        jl["rss_after_account_info_mb"] = rss_mb(proc.pid)
     finally:
         stop_process(proc, "gateway")
     out = {"jetlake": jl}

@@ -198,6 +198,10 @@ class JetStream:
             log.info("engine closed without flushing (its account is being deleted)")
         if self.opened:
             result = self.flusher.flush()
+            if self._rewriter is not None:
+                self._rewriter.join()
+            if not self.options.cluster:  # before the index snapshots: a stop killed during them keeps it
+                self._rewrite_catalog()
             for stream in self._streams_view():
                 if isinstance(stream.store, DeltaStore) and not result.failed:
                     with stream.lock:
@@ -206,10 +210,6 @@ class JetStream:
                     stream.store.close()
                 except OSError as exc:
                     log.error("closing stream %s's log failed: %s", stream.name, exc)
-            if self._rewriter is not None:
-                self._rewriter.join()
-            if not result.failed and not self.options.cluster:
-                self._rewrite_catalog(final=True)
             self._owner.release()
             self.opened = False
             if result.failed:
@@ -249,16 +249,16 @@ class JetStream:
                 items.pop(name, None)
                 records.pop(name, None)
                 continue
+            item.state = items[name].state if name in items else None  # still checked before use
             records[name], items[name] = StreamRecord.from_json(item.record), item
         self._counters = {name: item.state for name, item in items.items() if item.state is not None}
         consumers = {name: item.consumers for name, item in items.items()}
         return [records[name] for name in sorted(records)], consumers, loaded is None or bool(marked)
 
-    def _catalog_items(self, marked: set[str], counters: dict[str, int] | None = None) -> dict[str, CatalogItem]:
+    def _catalog_items(self, marked: set[str]) -> dict[str, CatalogItem]:
         """The catalog copy to write: the marked streams from their files again, the others from memory
-        (an unopened stream's record and consumer names; an opened one's config and consumers).
-        `counters` (stream id -> its committed tombstone lsn, after a final flush) adds the counters
-        of the opened streams; unopened ones keep theirs."""
+        (an unopened stream's record, consumer names and counters; an opened one's config, consumers
+        and counters now)."""
         with self._lock:
             entries = list(self._streams.items())
         items: dict[str, CatalogItem] = {}
@@ -271,7 +271,7 @@ class JetStream:
             elif isinstance(stream.store, DeltaStore) and not stream.deleted:
                 with stream.lock:
                     consumers = {c.name: _acts_alone(c) for c in stream.consumers.values()}
-                    state = _stream_counters(stream, counters) if counters is not None else None
+                    state = _stream_counters(stream)
                 items[name] = CatalogItem(self._record(stream), consumers, state)
         for name in marked:
             item = self.catalog.read_stream(name)
@@ -284,18 +284,12 @@ class JetStream:
             items[name] = item
         return items
 
-    def _rewrite_catalog(self, final: bool = False) -> None:
-        """Rewrites the catalog copy (engine/catalog_store.py); `final` (every stream flushed, the
-        flusher stopped) also records the opened streams' counters. The copy is a cache: a failure
-        leaves the marks, and the next start reads the marked streams' files."""
+    def _rewrite_catalog(self) -> None:
+        """Rewrites the catalog copy (engine/catalog_store.py). The copy is a cache: a failure leaves
+        the marks, and the next start reads the marked streams' files."""
         try:
-            lsns = None
-            if final:
-                view = TombstoneView(self.layout.tombstones)
-                lsns = {s.stream_id: view.for_stream(s.stream_id).lsn for s in self._streams_view()
-                        if isinstance(s.store, DeltaStore)}
             started = time.monotonic()
-            if self.catalog.rewrite(lambda marked: self._catalog_items(marked, lsns)):
+            if self.catalog.rewrite(self._catalog_items):
                 log.info("catalog copy of %d streams written in %.2fs", len(self._streams), time.monotonic() - started)
         except Exception as exc:  # noqa: BLE001 - a cache: the marks stay for the next start
             log.warning("the catalog copy was not rewritten (the next start reads the marked streams): %s", exc)
@@ -939,14 +933,16 @@ def _acts_alone(consumer: Consumer) -> bool:
     return bool(consumer.ephemeral or config.deliver_subject or config.inactive_threshold)
 
 
-def _stream_counters(stream: Stream, tombstone_lsns: dict[str, int]) -> dict[str, int] | None:
-    """A flushed stream's counters for the catalog copy, with the table version and the committed
-    tombstone lsn they are true at (None while anything is unflushed)."""
+def _stream_counters(stream: Stream) -> dict[str, int] | None:
+    """A stream's counters for the catalog copy, with the table version and committed tombstone lsn
+    they hold at (taken under the stream's lock). A message or removal the index holds beyond them is
+    in the stream's log until its commit, which moves one of the two: either opens the stream at the
+    next start (a log to replay; or counters no longer current, engine/jetstream.py `_stored_counters`)."""
     store = stream.store
-    if not isinstance(store, DeltaStore) or store.has_pending() or store.table_version is None:
+    if not isinstance(store, DeltaStore) or store.table_version is None:
         return None
     return {"messages": stream.index.msgs, "bytes": stream.index.bytes, "table_version": store.table_version,
-            "tombstone_lsn": tombstone_lsns.get(stream.stream_id, 0)}
+            "tombstone_lsn": store.tombstone_lsn}
 
 
 def _check_available(stream: Stream) -> None:

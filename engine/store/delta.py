@@ -198,6 +198,7 @@ class DeltaStore:
         self._snapshot_rows = 0
         self._snapshot_now = False
         self._table_version: int | None = None  # the table's version as this store last committed or read it
+        self.tombstone_lsn = 0  # the stream's last committed tombstone's log sequence number (its app transaction)
         self._tombstone_view = tombstones  # the account's tombstones read once (engine start); dropped after use
         self._pending_removals: list[tuple[int, Removal]] = []
         self._unflushed_bytes = 0
@@ -404,6 +405,7 @@ class DeltaStore:
                 lambda done: self._tombstone_rows([r for lsn, r in job.removals if lsn > done]),
                 self._lsn_app, job.removals[-1][0], extra=extra,
             )
+        self.tombstone_lsn = max(self.tombstone_lsn, job.removals[-1][0])
 
     def _tombstone_rows(self, removals: list[Removal]) -> pa.Table:
         rows: dict[str, list[object]] = {name: [] for name in TOMBSTONE_SCHEMA.names}
@@ -597,6 +599,7 @@ class DeltaStore:
         index.mark_flushed(flushed_seq)
         applied_lsn = int(snapshot[0].get("lsn", 0)) if covered is not None and snapshot is not None else 0
         tomb_lsn, last_seq = self._apply_tombstones(index, covered, applied_lsn)
+        self.tombstone_lsn = tomb_lsn
         grouped, segments = self.wal.recover_segments()
         self.wal.next_lsn = max(self.wal.next_lsn, tomb_lsn + 1)
         in_tables: list[Path | str] = []

@@ -266,3 +266,22 @@ def test_many_changes_rewrite_the_copy_in_the_background(
         assert len(reads.keys) < 10, "only the streams still marked were read from their files"
     finally:
         again.close()
+
+
+def test_counters_of_a_rewrite_before_a_crash_serve_the_next_account_info(warehouse: Path, clock: ManualClock) -> None:
+    """A rewrite while streams serve (in the background, or a stop's before its index snapshots) holds
+    their counters; a kill -9 later keeps them usable."""
+    js = _open(warehouse, clock)
+    _fill(js)
+    js._rewrite_catalog()
+    js.publish([InboundMessage("plain.c", b"after the rewrite")])  # in PLAIN's log only, at the kill
+    _crash(js)
+
+    again = _open(warehouse, clock)
+    try:
+        assert _unopened(again) == {"LIMITS", "WQ", "INTEREST"}, "PLAIN's log is replayed at start"
+        info = again.account_info()
+        assert _unopened(again) == {"LIMITS", "WQ", "INTEREST"}, "account info opened none of them"
+        assert _exact_account_info(again) == info
+    finally:
+        again.close()
