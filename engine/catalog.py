@@ -16,24 +16,32 @@ so no stale state can be seen. Counterpart: nats-server opens every stream at st
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
 from engine import encryption, errors
+from engine.catalog_store import CatalogStore
 from engine.config import StreamConfig, check_stream_config, parse_stream_config
 from engine.messages import InboundMessage, PublishResult
 from engine.pipeline import GroupCommit
+from engine.store.delta import DeltaStore
 from engine.store.erasures import pending_requests
 from engine.store.layout import Layout
 from engine.store.wal import SUFFIX
 from engine.stream import Stream
 from engine.subjects import is_valid_subject, subjects_collide
+
+if TYPE_CHECKING:
+    from engine.consumer import Consumer
+
+log = logging.getLogger(__name__)
 
 LOAD_THREADS = 4  # streams read or recovered at once at start
 LOAD_PARALLEL_FROM = 16  # fewer streams are read one by one
@@ -226,3 +234,63 @@ def opened_at_start(records: list[StreamRecord], layout: Layout, act_alone: Call
                 or r.name.startswith(OBJECT_STREAM_PREFIX) or r.name in logged or act_alone(r.name))
 
     return {r.name for r in records if urgent(r)}
+
+
+@dataclass
+class CatalogRead:
+    """What a start takes from the catalog: records in name order, consumer names (with whether each
+    acts unasked) by stream, the copy's counters by stream, and whether the copy must be rewritten."""
+
+    records: list[StreamRecord]
+    consumers: dict[str, dict[str, bool]]
+    counters: dict[str, dict[str, int]]
+    rewrite: bool
+
+
+def read_catalog(store: CatalogStore) -> CatalogRead:
+    """The copy and the files of the streams marked since it was written, or every file when there is
+    no intact copy (engine/catalog_store.py)."""
+    loaded = store.load()
+    records: dict[str, StreamRecord] = {}
+    if loaded is not None:
+        items, marked = loaded
+        try:
+            records = {name: StreamRecord.from_catalog(item.record) for name, item in items.items()}
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("the catalog copy does not parse (%s): every stream's files are read", exc)
+            loaded = None
+    if loaded is None:
+        items, marked = store.scan(in_parallel), []
+        records = {name: StreamRecord.from_json(item.record) for name, item in items.items()}
+    for name in marked:
+        item = store.read_stream(name)
+        if item is None:
+            items.pop(name, None)
+            records.pop(name, None)
+            continue
+        item.state = items[name].state if name in items else None  # still checked before use
+        records[name], items[name] = StreamRecord.from_json(item.record), item
+    return CatalogRead(
+        [records[name] for name in sorted(records)],
+        {name: item.consumers for name, item in items.items()},
+        {name: item.state for name, item in items.items() if item.state is not None},
+        loaded is None or bool(marked),
+    )
+
+
+def acts_alone(consumer: Consumer) -> bool:
+    """engine/catalog_store.py's `acts_alone` of a live consumer."""
+    config = consumer.config
+    return bool(consumer.ephemeral or config.deliver_subject or config.inactive_threshold)
+
+
+def stream_counters(stream: Stream) -> dict[str, int] | None:
+    """A stream's counters for the catalog copy, with the table version and committed tombstone lsn
+    they hold at (taken under the stream's lock). A message or removal the index holds beyond them is
+    in the stream's log until its commit, which moves one of the two: either opens the stream at the
+    next start (a log to replay; or counters no longer current, engine/jetstream.py `_stored_counters`)."""
+    store = stream.store
+    if not isinstance(store, DeltaStore) or store.table_version is None:
+        return None
+    return {"messages": stream.index.msgs, "bytes": stream.index.bytes, "table_version": store.table_version,
+            "tombstone_lsn": store.tombstone_lsn}

@@ -132,7 +132,9 @@ class CatalogStore:
     # -- reading ----------------------------------------------------------------------------------
 
     def load(self) -> tuple[dict[str, CatalogItem], list[str]] | None:
-        """The copy's items and the streams marked since it was written; None without an intact copy."""
+        """The copy's items and the streams marked since it was written; None without an intact copy
+        (every file is read then: the marks found are folded in by the next rewrite all the same)."""
+        marks = self._marks()
         try:
             items = decode(self.layout.objects.get(self.key).data)
         except ObjectNotFoundError:
@@ -140,7 +142,7 @@ class CatalogStore:
         except (ValueError, KeyError, TypeError, orjson.JSONDecodeError) as exc:
             log.warning("the catalog copy is damaged (%s): every stream's files are read", exc)
             return None
-        return items, self._marks()
+        return items, marks
 
     def _marks(self) -> list[str]:
         names = []

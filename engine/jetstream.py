@@ -27,13 +27,16 @@ import numpy as np
 import orjson
 
 from engine import encryption, errors
-from engine.catalog import CatalogEntry, StreamRecord, check_overlap, check_page, in_parallel, listed, opened_at_start
+from engine.catalog import (
+    CatalogEntry, StreamRecord, acts_alone, check_overlap, check_page, in_parallel, listed, opened_at_start, read_catalog,
+    stream_counters,
+)
 from engine.catalog_store import CatalogItem, CatalogStore
 from engine.accounts import limits as account_limits
 from engine.accounts.limits import UNLIMITED_LIMITS, AccountLimits
 from engine.errors import JetStreamError
 from engine.clock import Clock, SystemClock
-from engine.consumer import Consumer, Delivery
+from engine.consumer import Delivery
 from engine.consumers import Consumers
 from engine.config import StreamConfig, check_stream_config, check_stream_update, parse_stream_config, same_config
 from engine.flusher import Flusher, FlushResult, FlushStats
@@ -160,10 +163,11 @@ class JetStream:
         self._owner.acquire(self.options.takeover_wait)
         try:
             self._tombstones = TombstoneView(self.layout.tombstones)  # read once for every stream
-            records, consumers, rewrite = self._read_catalog()
-            self.consumers.prepare(consumers)
-            opened = self._load_streams(records)
-            if rewrite:
+            found = read_catalog(self.catalog)
+            self._counters = found.counters
+            self.consumers.prepare(found.consumers)
+            opened = self._load_streams(found.records)
+            if found.rewrite:
                 self._rewrite_catalog()
             self.catalog.on_marks = self._rewrite_in_background
             if all(e.stream is not None for e in self._streams.values()):
@@ -225,36 +229,6 @@ class JetStream:
         for stream in self.streams():
             stream.unavailable = stream.failure = f"this gateway no longer owns the warehouse: {reason}"
 
-    def _read_catalog(self) -> tuple[list[StreamRecord], dict[str, dict[str, bool]], bool]:
-        """Every stream's record (in name order) and consumer names, and whether the catalog copy must
-        be rewritten: from the copy and the files of the streams marked since it was written, or from
-        every file when there is no intact copy (engine/catalog_store.py)."""
-        loaded = self.catalog.load()
-        if loaded is None:
-            items = self.catalog.scan(in_parallel)
-            records = {name: StreamRecord.from_json(item.record) for name, item in items.items()}
-            marked: list[str] = []
-        else:
-            items, marked = loaded
-            try:
-                records = {name: StreamRecord.from_catalog(item.record) for name, item in items.items()}
-            except (ValueError, KeyError, TypeError) as exc:
-                log.warning("the catalog copy does not parse (%s): every stream's files are read", exc)
-                items, marked = self.catalog.scan(in_parallel), []
-                records = {name: StreamRecord.from_json(item.record) for name, item in items.items()}
-                loaded = None
-        for name in marked:
-            item = self.catalog.read_stream(name)
-            if item is None:
-                items.pop(name, None)
-                records.pop(name, None)
-                continue
-            item.state = items[name].state if name in items else None  # still checked before use
-            records[name], items[name] = StreamRecord.from_json(item.record), item
-        self._counters = {name: item.state for name, item in items.items() if item.state is not None}
-        consumers = {name: item.consumers for name, item in items.items()}
-        return [records[name] for name in sorted(records)], consumers, loaded is None or bool(marked)
-
     def _catalog_items(self, marked: set[str]) -> dict[str, CatalogItem]:
         """The catalog copy to write: the marked streams from their files again, the others from memory
         (an unopened stream's record, consumer names and counters; an opened one's config, consumers
@@ -270,8 +244,8 @@ class JetStream:
                                           self._counters.get(name))
             elif isinstance(stream.store, DeltaStore) and not stream.deleted:
                 with stream.lock:
-                    consumers = {c.name: _acts_alone(c) for c in stream.consumers.values()}
-                    state = _stream_counters(stream)
+                    consumers = {c.name: acts_alone(c) for c in stream.consumers.values()}
+                    state = stream_counters(stream)
                 items[name] = CatalogItem(self._record(stream), consumers, state)
         for name in marked:
             item = self.catalog.read_stream(name)
@@ -925,24 +899,6 @@ class JetStream:
         if not is_latest_version(self.layout.stream_table_location(name), counted["table_version"]):
             return None
         return counted
-
-
-def _acts_alone(consumer: Consumer) -> bool:
-    """engine/catalog_store.py's `acts_alone` of a live consumer."""
-    config = consumer.config
-    return bool(consumer.ephemeral or config.deliver_subject or config.inactive_threshold)
-
-
-def _stream_counters(stream: Stream) -> dict[str, int] | None:
-    """A stream's counters for the catalog copy, with the table version and committed tombstone lsn
-    they hold at (taken under the stream's lock). A message or removal the index holds beyond them is
-    in the stream's log until its commit, which moves one of the two: either opens the stream at the
-    next start (a log to replay; or counters no longer current, engine/jetstream.py `_stored_counters`)."""
-    store = stream.store
-    if not isinstance(store, DeltaStore) or store.table_version is None:
-        return None
-    return {"messages": stream.index.msgs, "bytes": stream.index.bytes, "table_version": store.table_version,
-            "tombstone_lsn": store.tombstone_lsn}
 
 
 def _check_available(stream: Stream) -> None:
