@@ -82,11 +82,13 @@ _INT_COLUMNS = ("stream_seq", "consumer_seq", "count", "ts", "delay")
 
 
 def _batch(items: list[LogItem], first_event_seq: int) -> pa.RecordBatch:
-    """The log record and table rows of `items`: a block's names are one repeated value, its numbers
-    arrays, so a block of 500 events costs a few Arrow calls, not 500 rows of Python values."""
-    strings: list[list[str]] = [[], [], [], []]  # stream, consumer, consumer_id, kind
+    """The log record and table rows of `items`: a block's names and kinds are runs of one value and its
+    numbers arrays, so a flush of many 500-event blocks costs a few Arrow calls per block, not a Python
+    value per row."""
+    strings: list[list[tuple[str, int]]] = [[], [], [], []]  # runs of stream, consumer, consumer_id, kind
     numbers: list[AckEvents] = []
-    extra: list[list[object]] = [[], [], []]  # delivered_stream_seq, ack_floor_stream_seq, state: snapshots only
+    # runs of delivered_stream_seq, ack_floor_stream_seq, state: values on snapshots only
+    extra: list[list[tuple[object, int]]] = [[], [], []]
     for item in items:
         if isinstance(item, EventBlock):
             events, n = item.events, len(item.events)
@@ -95,42 +97,50 @@ def _batch(items: list[LogItem], first_event_seq: int) -> pa.RecordBatch:
             events, n = AckEvents.of([item.event]), 1
             extra_values = (item.delivered_stream_seq, item.ack_floor_stream_seq, item.state)
         for column, value in zip(strings, (item.stream, item.consumer, item.consumer_id), strict=False):
-            column += [value] * n
-        strings[3] += events.kind
+            column.append((value, n))
+        kinds = events.kind
+        if n and kinds.count(kinds[0]) == n:
+            strings[3].append((kinds[0], n))
+        else:
+            strings[3] += [(k, 1) for k in kinds]
         numbers.append(events)
         for column, value in zip(extra, extra_values, strict=True):
-            column += [value] * n
+            column.append((value, n))
     events = AckEvents.concat(numbers)
     rows = len(events)
     ts_us = np.ascontiguousarray(events.ts // 1000, np.int64)
     return pa.RecordBatch.from_arrays(
         [
             pa.array(np.arange(first_event_seq, first_event_seq + rows, dtype=np.int64)),
-            *(_strings(column) for column in strings),
+            *(_runs(column, pa.string()) for column in strings),
             pa.array(events.stream_seq, pa.int64()),
             pa.array(events.consumer_seq, pa.int64()),
             pa.array(events.count.astype(np.int32), pa.int32()),
             pa.Array.from_buffers(ACK_SCHEMA.field("ts").type, rows, [None, pa.py_buffer(ts_us)]),
             pa.array(events.delay, pa.int64()),
-            _nullable(extra[0], pa.int64()),
-            _nullable(extra[1], pa.int64()),
-            _nullable(extra[2], pa.string()),
+            _runs(extra[0], pa.int64()),
+            _runs(extra[1], pa.int64()),
+            _runs(extra[2], pa.string()),
         ],
         schema=ACK_SCHEMA,
     )
 
 
-def _strings(values: list[str]) -> pa.Array:
-    """A string column; one value repeated (a block's stream, consumer, kind) is built without visiting each."""
-    if values and values.count(values[0]) == len(values):
-        return pa.repeat(pa.scalar(values[0], pa.string()), len(values))
-    return pa.array(values, pa.string())
-
-
-def _nullable(values: list[object], type_: pa.DataType) -> pa.Array:
-    if values.count(None) == len(values):
-        return pa.nulls(len(values), type_)
-    return pa.array(values, type_)
+def _runs(runs: list[tuple[object, int]], type_: pa.DataType) -> pa.Array:
+    """A column given as runs of (value, length): the distinct values once, repeated by a take."""
+    runs = [r for r in runs if r[1]]
+    total = sum(n for _, n in runs)
+    if not runs:
+        return pa.array([], type_)
+    first = runs[0][0]
+    if all(value == first for value, _ in runs):
+        return pa.nulls(total, type_) if first is None else pa.repeat(pa.scalar(first, type_), total)
+    codes: dict[object, int] = {}
+    for value, _ in runs:
+        codes.setdefault(value, len(codes))
+    positions = np.repeat(np.fromiter((codes[v] for v, _ in runs), np.int64, len(runs)),
+                          np.fromiter((n for _, n in runs), np.int64, len(runs)))
+    return pa.array(list(codes), type_).take(pa.array(positions))
 
 
 class AckStore:
@@ -207,7 +217,7 @@ class AckStore:
         items = [r for group in rounds for r in group]
         with self._lock:
             first = self._next_event_seq
-            self.wal.append([(ack_log.KIND_PACKED_EVENTS, ack_log.encode([_packed(i) for i in items], first))])
+            self.wal.append([(ack_log.KIND_RUN_EVENTS, ack_log.encode([_packed(i) for i in items], first))])
             self._fold_snapshots(items, first)
             self._next_event_seq += sum(1 if isinstance(i, EventRow) else len(i) for i in items)
             self._pending.append((first, items))
@@ -339,7 +349,7 @@ def _packed(item: LogItem) -> tuple[str, str, str, AckEvents, list[object] | Non
 def _read_record(kind: int, payload: bytes) -> Logged:
     if kind == ack_log.KIND_ARROW_EVENTS:
         return pa.ipc.read_record_batch(pa.py_buffer(payload), ACK_SCHEMA)
-    first, blocks = ack_log.decode(payload)
+    first, blocks = ack_log.decode(payload, kind)
     items: list[LogItem] = []
     for stream, consumer, consumer_id, events, extra in blocks:
         if extra is None:
