@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.append(str(Path(__file__).resolve().parent.parent))  # PYTHONPATH first: compare trees
 
 from api.nats.delivery import ack_prefix, send_deliveries  # noqa: E402
 from api.nats.subscriptions import Match, Subscription  # noqa: E402
