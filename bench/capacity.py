@@ -128,6 +128,28 @@ class PeakRSS:
             self.peak = max(self.peak, rss_mb(self.pid) or 0.0)
 
 
+class Progress:
+    """Logs `count()` of `total` every `every` seconds while a long phase runs (creating 10,000 streams
+    takes minutes on either server)."""
+
+    def __init__(self, what: str, total: int, count, every: float = 30.0) -> None:
+        self.what, self.total, self.count, self.every = what, total, count, every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Progress:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            log(f"{self.what}: {self.count():,} of {self.total:,}")
+
+
 def disk_bytes(path: Path) -> int:
     total = 0
     for root, _dirs, files in os.walk(path):
@@ -588,8 +610,10 @@ def scenario_streams(args: argparse.Namespace, workdir: Path) -> dict:
     try:
         clients = min(args.clients, 4)
         t0 = time.monotonic()
-        results, meta = run_workers(_stream_worker, [(port, names[i::clients]) for i in range(clients)],
-                                    ready_timeout=60, run_timeout=24 * 3600, server_pid=proc.pid)
+        created = warehouse / "default" / "streams"
+        with Progress("JetLake streams created", count, lambda: len(os.listdir(created)) if created.is_dir() else 0):
+            results, meta = run_workers(_stream_worker, [(port, names[i::clients]) for i in range(clients)],
+                                        ready_timeout=60, run_timeout=24 * 3600, server_pid=proc.pid)
         jl["create_s"] = round(time.monotonic() - t0, 1)
         jl["errors"] = sum(r.get("errors", 0) for r in results)
         http_call(port, "POST", "/v1/flush", {}, timeout=3600)
@@ -616,12 +640,12 @@ def scenario_streams(args: argparse.Namespace, workdir: Path) -> dict:
     return out
 
 
-async def _nats_create_streams(url: str, names: list[str]) -> None:
+async def _nats_create_streams(url: str, names: list[str], done: list[int]) -> None:
     import nats
 
     nc = await nats.connect(url)
     js = nc.jetstream()
-    for name in names:
+    for done[0], name in enumerate(names):
         await js.add_stream(name=name, subjects=[f"{name.lower()}.>"])
         await js.add_consumer(name, durable_name="C", ack_policy="explicit")
         for k in range(3):
@@ -634,8 +658,9 @@ def _nats_streams(workdir: Path, names: list[str]) -> dict:
     proc, port = start_nats(find_nats_server(), store, workdir / "nats-streams.log")
     out: dict = {}
     try:
-        t0 = time.monotonic()
-        asyncio.run(_nats_create_streams(f"nats://{HOST}:{port}", names))
+        t0, done = time.monotonic(), [0]
+        with Progress("nats-server streams created", len(names), lambda: done[0]):
+            asyncio.run(_nats_create_streams(f"nats://{HOST}:{port}", names, done))
         out["create_s"] = round(time.monotonic() - t0, 1)
         out["rss_mb"] = rss_mb(proc.pid)
         proc, port, out["restart_s"], out["last_stream"] = nats_restart(proc, store, workdir, names[-1])

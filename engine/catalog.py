@@ -36,6 +36,7 @@ from engine.store.erasures import pending_requests
 from engine.store.layout import Layout
 from engine.store.wal import SUFFIX
 from engine.stream import Stream
+from engine.subject_routes import SubjectRoutes
 from engine.subjects import is_valid_subject, subjects_collide
 
 if TYPE_CHECKING:
@@ -179,15 +180,39 @@ def listed(entries: Mapping[str, CatalogEntry], subject: str | None) -> list[tup
     return [(n, e) for n, e in items if any(subjects_collide(subject, x) for x in e.subjects)]
 
 
-def check_overlap(entries: Mapping[str, CatalogEntry], config: StreamConfig, exclude: str | None = None) -> None:
+class StreamEntries(dict[str, CatalogEntry]):
+    """Every stream of an account by name, with its subject routes kept in step: whatever adds, replaces
+    or removes an entry updates them, and `rerouted` follows a config update that changed subjects."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.routes = SubjectRoutes()
+
+    def __setitem__(self, name: str, entry: CatalogEntry) -> None:
+        super().__setitem__(name, entry)
+        self.routes.set(name, entry.subjects)
+
+    def __delitem__(self, name: str) -> None:
+        super().__delitem__(name)
+        self.routes.discard(name)
+
+    def pop(self, name: str, *default: Any) -> Any:  # type: ignore[override]
+        self.routes.discard(name)
+        return super().pop(name, *default)
+
+    def rerouted(self, name: str) -> None:
+        self.routes.set(name, self[name].subjects)
+
+    def capturing(self, subject: str) -> str | None:
+        """The name of the stream capturing the literal `subject`."""
+        return self.routes.match(subject)
+
+
+def check_overlap(entries: StreamEntries, config: StreamConfig, exclude: str | None = None) -> None:
     """Raises 10065 when `config`'s subjects collide with another stream's (opened or not)."""
-    for name, entry in entries.items():
-        if name == exclude or name == config.name:
-            continue
-        for a in config.subjects or []:
-            for b in entry.subjects:
-                if subjects_collide(a, b):
-                    raise errors.subjects_overlap()
+    for subject in config.subjects or []:
+        if entries.routes.colliding(subject) - {exclude, config.name}:
+            raise errors.subjects_overlap()
 
 
 def has_log(folder: os.PathLike[str] | str) -> bool:

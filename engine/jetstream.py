@@ -28,8 +28,8 @@ import orjson
 
 from engine import encryption, errors
 from engine.catalog import (
-    CatalogEntry, StreamRecord, acts_alone, check_overlap, check_page, in_parallel, listed, opened_at_start, read_catalog,
-    stream_counters,
+    CatalogEntry, StreamEntries, StreamRecord, acts_alone, check_overlap, check_page, in_parallel, listed, opened_at_start,
+    read_catalog, stream_counters,
 )
 from engine.catalog_store import CatalogItem, CatalogStore
 from engine.accounts import limits as account_limits
@@ -58,7 +58,7 @@ from engine.store.objectstore import WarehouseLocation
 from engine.store.tombstones import TombstoneView
 from engine.messages import DEFAULT_MAX_PAYLOAD, InboundMessage, PlainBatch, PublishAnswer, PublishResult
 from engine.stream import SUBJECTS_PAGE, Stream
-from engine.subjects import is_valid_publish_subject, is_valid_subject, matches_mask, subject_matches, valid_publish_mask
+from engine.subjects import is_valid_publish_subject, is_valid_subject, matches_mask, valid_publish_mask
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class JetStream:
         self._owner = OwnerLock(self.layout)
         self._owner.on_lost = self._deposed
         self.keyring: Keyring | None = None
-        self._streams: dict[str, CatalogEntry] = {}  # every stream; opened on first use (engine/catalog.py)
+        self._streams = StreamEntries()  # every stream; opened on first use (engine/catalog.py)
         self._by_subject: dict[str, str | None] = {}
         self._tombstones: TombstoneView | None = None  # read at open; kept for the streams opened later
         self.catalog = CatalogStore(self.layout)  # the catalog's compact copy (engine/catalog_store.py)
@@ -480,6 +480,7 @@ class JetStream:
                 stream.config = old
                 raise
             stream.apply_config(config)
+            self._streams.rerouted(name)
             self._by_subject.clear()
             return self._info(stream)
 
@@ -624,10 +625,7 @@ class JetStream:
             name = self._by_subject[subject]
         except KeyError:
             with self._lock:
-                name = next(
-                    (n for n, e in self._streams.items() if any(subject_matches(f, subject) for f in e.subjects)),
-                    None,
-                )
+                name = self._streams.capturing(subject)
                 if len(self._by_subject) > 100_000:
                     self._by_subject.clear()
                 self._by_subject[subject] = name
