@@ -627,7 +627,7 @@ def scenario_streams(args: argparse.Namespace, workdir: Path) -> dict:
         jl["after_restart"] = threads_and_files(proc.pid)
         t0, cpu0 = time.monotonic(), cpu_seconds(proc.pid)
         _, info = http_call(port, "GET", "/v1/info", timeout=3600)  # counted from the catalog copy
-        jl["account_info_s"], jl["account_info_cpu_s"] = round(time.monotonic() - t0, 2), cpu_seconds(proc.pid) - cpu0
+        jl["account_info_s"], jl["account_info_cpu_s"] = round(time.monotonic() - t0, 2), round(cpu_seconds(proc.pid) - cpu0, 2)
         jl["info"] = {k: info.get(k) for k in ("streams", "consumers", "storage")}
         jl["rss_after_account_info_mb"] = rss_mb(proc.pid)
     finally:
