@@ -106,48 +106,52 @@ def threads_and_files(pid: int) -> dict:
         return {}
 
 
-class PeakRSS:
+class Every:
+    """Calls `tick` every `seconds` from a thread while a phase runs."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.seconds):
+            self.tick()
+
+    def tick(self) -> None:
+        raise NotImplementedError
+
+
+class PeakRSS(Every):
     """Samples a process's RSS every half second while a phase runs."""
 
     def __init__(self, pid: int) -> None:
+        super().__init__(0.5)
         self.pid = pid
         self.peak = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> PeakRSS:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.5):
-            self.peak = max(self.peak, rss_mb(self.pid) or 0.0)
+    def tick(self) -> None:
+        self.peak = max(self.peak, rss_mb(self.pid) or 0.0)
 
 
-class Progress:
-    """Logs `count()` of `total` every `every` seconds while a long phase runs (creating 10,000 streams
-    takes minutes on either server)."""
+class Progress(Every):
+    """Logs `count()` of `total` every 30 s while a long phase runs (creating 10,000 streams takes
+    minutes on either server)."""
 
-    def __init__(self, what: str, total: int, count, every: float = 30.0) -> None:
-        self.what, self.total, self.count, self.every = what, total, count, every
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+    def __init__(self, what: str, total: int, count) -> None:
+        super().__init__(30.0)
+        self.what, self.total, self.count = what, total, count
 
-    def __enter__(self) -> Progress:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every):
-            log(f"{self.what}: {self.count():,} of {self.total:,}")
+    def tick(self) -> None:
+        log(f"{self.what}: {self.count():,} of {self.total:,}")
 
 
 def disk_bytes(path: Path) -> int:

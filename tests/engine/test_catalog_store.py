@@ -15,6 +15,7 @@ from engine.catalog_store import MAGIC, CatalogStore
 from engine.store.layout import Layout
 from engine.store import failpoints
 from engine.store.objectstore import StoredObject
+from tests.engine.restarts import crash, open_engine
 
 CONFIGS: list[dict[str, Any]] = [
     {"name": "PLAIN", "subjects": ["plain.>"]},
@@ -25,18 +26,6 @@ CONFIGS: list[dict[str, Any]] = [
 ]
 
 
-def _open(warehouse: Path, clock: ManualClock) -> JetStream:
-    js = JetStream(warehouse, EngineOptions(), clock=clock)
-    js.open(start_flusher=False)
-    return js
-
-
-def _crash(js: JetStream) -> None:
-    """What a kill -9 leaves: no final flush, no copy rewritten; the warehouse is let go."""
-    for stream in js.streams():
-        stream.store.wal.close()
-    js.consumers.acks.wal.close()
-    js._owner.release()
 
 
 def _fill(js: JetStream) -> None:
@@ -63,7 +52,7 @@ def _truth(warehouse: Path, clock: ManualClock) -> dict[str, Any]:
     """The same, from every stream's own files: the copy removed first."""
     layout = Layout(warehouse, "default")
     layout.objects.delete_prefix(CatalogStore(layout).key.rpartition("/")[0])
-    js = _open(warehouse, clock)
+    js = open_engine(warehouse, clock)
     try:
         return _catalog(js)
     finally:
@@ -86,7 +75,7 @@ class _Reads:
 
 
 def test_a_restart_reads_the_copy_and_finds_what_the_files_say(warehouse: Path, clock: ManualClock) -> None:
-    js = _open(warehouse, clock)
+    js = open_engine(warehouse, clock)
     _fill(js)
     js.close()
     copy = js.layout.objects.get(js.catalog.key).data
@@ -105,20 +94,20 @@ def test_a_restart_reads_the_copy_and_finds_what_the_files_say(warehouse: Path, 
 
 
 def test_changes_after_the_copy_are_found_after_a_crash(warehouse: Path, clock: ManualClock) -> None:
-    js = _open(warehouse, clock)
+    js = open_engine(warehouse, clock)
     _fill(js)
     js.close()  # the copy holds the four streams
 
-    js = _open(warehouse, clock)
+    js = open_engine(warehouse, clock)
     js.add_stream({"name": "NEW", "subjects": ["new.>"]})
     js.add_consumer("NEW", {"durable_name": "N", "ack_policy": "explicit"})
     js.update_stream("LIMITS", {**CONFIGS[1], "subjects": ["lim.*"], "max_msgs": 20})
     js.delete_stream("INTEREST")
     js.add_consumer("LIMITS", {"durable_name": "PUSH", "deliver_subject": "out.lim", "ack_policy": "explicit"})
     js.delete_consumer("PLAIN", "C")
-    _crash(js)  # no rewrite of the copy: only the marks say what changed
+    crash(js)  # no rewrite of the copy: only the marks say what changed
 
-    again = _open(warehouse, clock)
+    again = open_engine(warehouse, clock)
     try:
         assert "LIMITS" not in _unopened(again) and "WQ" in _unopened(again), "a push consumer opens its stream"
         found = _catalog(again)
@@ -134,11 +123,11 @@ def test_changes_after_the_copy_are_found_after_a_crash(warehouse: Path, clock: 
 def test_a_crash_between_a_stream_config_write_and_the_copy(warehouse: Path, clock: ManualClock, action: str) -> None:
     """`raise_after`: the config record is written and the create fails before the engine (or the copy)
     knows it, as if the process died there; `eio`: the mark is written and the record is not."""
-    js = _open(warehouse, clock)
+    js = open_engine(warehouse, clock)
     _fill(js)
     js.close()
 
-    js = _open(warehouse, clock)
+    js = open_engine(warehouse, clock)
     failpoints.arm(f"stream.config={action}")
     try:
         with pytest.raises(OSError):
@@ -147,9 +136,9 @@ def test_a_crash_between_a_stream_config_write_and_the_copy(warehouse: Path, clo
             js.update_stream("PLAIN", {"name": "PLAIN", "subjects": ["plain.>", "plain2.>"]})
     finally:
         failpoints.disarm()
-    _crash(js)
+    crash(js)
 
-    again = _open(warehouse, clock)
+    again = open_engine(warehouse, clock)
     try:
         found = _catalog(again)
     finally:
@@ -163,7 +152,7 @@ def test_a_crash_between_a_stream_config_write_and_the_copy(warehouse: Path, clo
 
 
 def test_a_damaged_copy_means_reading_every_file(warehouse: Path, clock: ManualClock) -> None:
-    js = _open(warehouse, clock)
+    js = open_engine(warehouse, clock)
     _fill(js)
     js.close()
     copy = bytearray(js.layout.objects.get(js.catalog.key).data)
@@ -196,19 +185,19 @@ def _exact_account_info(js: JetStream) -> dict[str, Any]:
 def test_account_info_counts_idle_streams_from_the_copy_until_their_table_or_tombstones_change(
     warehouse: Path, clock: ManualClock
 ) -> None:
-    js = _open(warehouse, clock)
+    js = open_engine(warehouse, clock)
     _fill(js)
     js.close()
 
     # a purge after the copy's counters (a tombstone commit only: the table's version stays), then a crash
-    js = _open(warehouse, clock)
+    js = open_engine(warehouse, clock)
     js.purge("WQ")
     js.flush()
-    _crash(js)
+    crash(js)
     # a maintenance job's commit to a table (no content changed)
     DeltaTable(str(js.layout.stream_table("LIMITS"))).alter.set_table_properties({"delta.appendOnly": "false"})
 
-    again = _open(warehouse, clock)
+    again = open_engine(warehouse, clock)
     try:
         assert _unopened(again) == {c["name"] for c in CONFIGS}
         info = again.account_info()
@@ -218,7 +207,7 @@ def test_account_info_counts_idle_streams_from_the_copy_until_their_table_or_tom
     finally:
         again.close()
 
-    last = _open(warehouse, clock)  # a clean close recorded every stream's counters
+    last = open_engine(warehouse, clock)  # a clean close recorded every stream's counters
     try:
         assert last.account_info() == info and _unopened(last) == {c["name"] for c in CONFIGS}
         assert _exact_account_info(last) == info
@@ -251,13 +240,13 @@ def test_many_changes_rewrite_the_copy_in_the_background(
     warehouse: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("engine.catalog_store.REWRITE_AFTER", 4)
-    js = _open(warehouse, clock)
+    js = open_engine(warehouse, clock)
     for i in range(10):
         js.add_stream({"name": f"B{i}", "subjects": [f"b{i}.>"]})
     assert js._rewriter is not None
     js._rewriter.join(timeout=60)
     assert js.catalog.marked < 10, "the copy was rewritten and its marks folded in"
-    _crash(js)
+    crash(js)
     again = JetStream(warehouse, EngineOptions(), clock=clock)
     reads = _Reads(again)
     again.open(start_flusher=False)
@@ -271,13 +260,13 @@ def test_many_changes_rewrite_the_copy_in_the_background(
 def test_counters_of_a_rewrite_before_a_crash_serve_the_next_account_info(warehouse: Path, clock: ManualClock) -> None:
     """A rewrite while streams serve (in the background, or a stop's before its index snapshots) holds
     their counters; a kill -9 later keeps them usable."""
-    js = _open(warehouse, clock)
+    js = open_engine(warehouse, clock)
     _fill(js)
     js._rewrite_catalog()
     js.publish([InboundMessage("plain.c", b"after the rewrite")])  # in PLAIN's log only, at the kill
-    _crash(js)
+    crash(js)
 
-    again = _open(warehouse, clock)
+    again = open_engine(warehouse, clock)
     try:
         assert _unopened(again) == {"LIMITS", "WQ", "INTEREST"}, "PLAIN's log is replayed at start"
         info = again.account_info()

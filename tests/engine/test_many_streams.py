@@ -10,27 +10,16 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from engine import EngineOptions, InboundMessage, JetStream, ManualClock
+from engine import InboundMessage, JetStream, ManualClock
 from engine.errors import ErrorCode, JetStreamError
 from engine.messages import PubAck
 from engine.store.commits import transactions
 from engine.store.delta import DeltaStore
+from tests.engine.restarts import crash, open_engine
 
 STREAMS = 110  # one tombstones commit each: past the table's checkpoint interval (100)
 
 
-def _open(warehouse: Path, clock: ManualClock) -> JetStream:
-    js = JetStream(warehouse, EngineOptions(), clock=clock)
-    js.open(start_flusher=False)
-    return js
-
-
-def _crash(js: JetStream) -> None:
-    """What a kill -9 leaves: no final flush, no snapshot; the warehouse is let go."""
-    for stream in js.streams():
-        stream.store.wal.close()
-    js.consumers.acks.wal.close()
-    js._owner.release()
 
 
 def _open_files_under(path: Path) -> int:
@@ -59,7 +48,7 @@ def _fill(js: JetStream, streams: int) -> None:
 def test_idle_streams_restart_from_their_snapshots_and_one_read_of_the_tombstones(
     warehouse: Path, clock: ManualClock
 ) -> None:
-    js = _open(warehouse, clock)
+    js = open_engine(warehouse, clock)
     _fill(js, STREAMS)
     assert _open_files_under(warehouse / "default" / "_wal") == 0, "no log segment stays open once flushed"
     js.close()
@@ -71,7 +60,7 @@ def test_idle_streams_restart_from_their_snapshots_and_one_read_of_the_tombstone
     assert read is not None and len(read) == 2 * STREAMS
     assert read == {app_id: table.transaction_version(app_id) for app_id in read}
 
-    again = _open(warehouse, clock)
+    again = open_engine(warehouse, clock)
     try:
         for i in range(STREAMS):
             stream = again.stream(f"S{i}")
@@ -90,15 +79,15 @@ def test_idle_streams_restart_from_their_snapshots_and_one_read_of_the_tombstone
 
 
 def test_a_commit_after_the_snapshot_makes_the_restart_read_the_table(warehouse: Path, clock: ManualClock) -> None:
-    js = _open(warehouse, clock)
+    js = open_engine(warehouse, clock)
     _fill(js, 2)
     js.close()
-    js = _open(warehouse, clock)
+    js = open_engine(warehouse, clock)
     js.publish([InboundMessage("s1.c", b"later", {"Nats-Msg-Id": ["late"]})])
     js.purge("S1", "s1.a")
     js.flush()  # a commit (and a tombstone) after the snapshot, and no new snapshot: not due yet
-    _crash(js)
-    again = _open(warehouse, clock)
+    crash(js)
+    again = open_engine(warehouse, clock)
     try:
         stream = again.stream("S1")
         assert (stream.index.msgs, stream.index.last_seq) == (1, 4)
@@ -117,13 +106,13 @@ def _unopened(js: JetStream) -> set[str]:
 def test_a_restart_leaves_idle_streams_unopened_and_first_use_opens_one_with_everything(
     warehouse: Path, clock: ManualClock
 ) -> None:
-    js = _open(warehouse, clock)
+    js = open_engine(warehouse, clock)
     _fill(js, 12)
     js.add_stream({"name": "PUSH", "subjects": ["push.>"]})
     js.add_consumer("PUSH", {"durable_name": "P", "deliver_subject": "out.p", "ack_policy": "explicit"})
     js.close()
 
-    again = _open(warehouse, clock)
+    again = open_engine(warehouse, clock)
     try:
         assert _unopened(again) == {f"S{i}" for i in range(12)}, "idle streams wait; a push consumer's does not"
         assert again.stream_names()["streams"] == ["PUSH", *sorted(f"S{i}" for i in range(12))]
@@ -159,17 +148,17 @@ def test_a_restart_leaves_idle_streams_unopened_and_first_use_opens_one_with_eve
 def test_a_stream_with_an_unflushed_log_after_kill_9_is_recovered_at_start_and_loses_nothing(
     warehouse: Path, clock: ManualClock
 ) -> None:
-    js = _open(warehouse, clock)
+    js = open_engine(warehouse, clock)
     _fill(js, 4)
     js.close()
-    js = _open(warehouse, clock)
+    js = open_engine(warehouse, clock)
     acked = [js.publish([InboundMessage("s2.z", b"p%d" % k)])[0] for k in range(3)]
     assert all(isinstance(a, PubAck) for a in acked)
     delivered = js.fetch("S1", "C", 1)
     assert [d.msg.data for d in delivered] == [b"three"] and js.ack("S1", "C", [(delivered[0].token, "ack", 0)]) == [None]
-    _crash(js)  # nothing flushed: S2's messages and S1's ack are only in the logs
+    crash(js)  # nothing flushed: S2's messages and S1's ack are only in the logs
 
-    again = _open(warehouse, clock)
+    again = open_engine(warehouse, clock)
     try:
         assert _unopened(again) == {"S0", "S3", "S1"}, "S2's log holds records: it is recovered at start"
         stream = again._streams["S2"].stream
@@ -182,10 +171,10 @@ def test_a_stream_with_an_unflushed_log_after_kill_9_is_recovered_at_start_and_l
 
 
 def test_a_stream_asked_for_by_many_threads_at_once_is_opened_once(warehouse: Path, clock: ManualClock) -> None:
-    js = _open(warehouse, clock)
+    js = open_engine(warehouse, clock)
     _fill(js, 2)
     js.close()
-    again = _open(warehouse, clock)
+    again = open_engine(warehouse, clock)
     try:
         assert _unopened(again) == {"S0", "S1"}
         with ThreadPoolExecutor(8) as pool:
