@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import orjson
 
@@ -31,16 +31,12 @@ from engine.catalog_store import CatalogStore
 from engine.config import StreamConfig, check_stream_config, parse_stream_config
 from engine.messages import InboundMessage, PublishResult
 from engine.pipeline import GroupCommit
-from engine.store.delta import DeltaStore
 from engine.store.erasures import pending_requests
 from engine.store.layout import Layout
 from engine.store.wal import SUFFIX
 from engine.stream import Stream
 from engine.subject_routes import SubjectRoutes
 from engine.subjects import is_valid_subject, subjects_collide
-
-if TYPE_CHECKING:
-    from engine.consumer import Consumer
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +102,7 @@ class StreamRecord:
         return StreamConfig.model_validate_json(self.config_json)
 
     def to_json(self) -> dict[str, Any]:
-        """The record as a stream's file holds it (`JetStream._write_config` writes the same fields)."""
+        """The record as a stream's file holds it (`record_json` of the opened stream gives the same fields)."""
         return {
             "config": orjson.loads(self.config_json), "created": self.created_ns, "stream_id": self.stream_id,
             "partition_tokens": self.partition_tokens,
@@ -303,19 +299,22 @@ def read_catalog(store: CatalogStore) -> CatalogRead:
     )
 
 
-def acts_alone(consumer: Consumer) -> bool:
-    """engine/catalog_store.py's `acts_alone` of a live consumer."""
-    config = consumer.config
-    return bool(consumer.ephemeral or config.deliver_subject or config.inactive_threshold)
+def record_json(stream: Stream) -> dict[str, Any]:
+    """An opened stream's config record as its file holds it (`StreamRecord.to_json` gives the same fields)."""
+    return {
+        "config": stream.config.to_json(), "created": stream.created_ns, "stream_id": stream.stream_id,
+        "partition_tokens": stream.store.partitioner.tokens,
+        **encryption.record_field(stream_key_tokens(stream), stream_protected(stream)),
+    }
 
 
-def stream_counters(stream: Stream) -> dict[str, int] | None:
-    """A stream's counters for the catalog copy, with the table version and committed tombstone lsn
-    they hold at (taken under the stream's lock). A message or removal the index holds beyond them is
-    in the stream's log until its commit, which moves one of the two: either opens the stream at the
-    next start (a log to replay; or counters no longer current, engine/jetstream.py `_stored_counters`)."""
-    store = stream.store
-    if not isinstance(store, DeltaStore) or store.table_version is None:
-        return None
-    return {"messages": stream.index.msgs, "bytes": stream.index.bytes, "table_version": store.table_version,
-            "tombstone_lsn": store.tombstone_lsn}
+def stream_key_tokens(stream: Stream) -> int | None:
+    """The key tokens of an encrypted stream; None for a plain one."""
+    sealer = getattr(stream.store, "sealer", None)
+    return None if sealer is None else sealer.keys.key_tokens
+
+
+def stream_protected(stream: Stream) -> bool:
+    """Whether an encrypted stream's subjects are protected (sealed, keyed-hash partitions)."""
+    sealer = getattr(stream.store, "sealer", None)
+    return sealer is not None and sealer.protected

@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,10 +28,11 @@ import orjson
 
 from engine import encryption, errors
 from engine.catalog import (
-    CatalogEntry, StreamEntries, StreamRecord, acts_alone, check_overlap, check_page, in_parallel, listed, opened_at_start,
-    read_catalog, stream_counters,
+    CatalogEntry, StreamEntries, StreamRecord, check_overlap, check_page, in_parallel, listed, opened_at_start,
+    record_json, stream_key_tokens, stream_protected,
 )
-from engine.catalog_store import CatalogItem, CatalogStore
+from engine.catalog_store import CatalogStore
+from engine.catalog_upkeep import CatalogUpkeep
 from engine.accounts import limits as account_limits
 from engine.accounts.limits import UNLIMITED_LIMITS, AccountLimits
 from engine.errors import JetStreamError
@@ -48,7 +49,6 @@ from engine.objects import ObjectStores
 from engine.store.backlog import DEFAULT_MAX_LOG_BYTES, DEFAULT_MAX_TOTAL_BYTES, Backlog
 from engine.store import failpoints
 from engine.store.base import StoredMessage, StreamStore
-from engine.store.commits import is_latest_version
 from engine.store.delta import DEFAULT_CACHE_BYTES, DeltaStore
 from engine.store.layout import Layout
 from engine.store.lease import OwnerLock
@@ -105,9 +105,6 @@ class JetStream:
         self._by_subject: dict[str, str | None] = {}
         self._tombstones: TombstoneView | None = None  # read at open; kept for the streams opened later
         self.catalog = CatalogStore(self.layout)  # the catalog's compact copy (engine/catalog_store.py)
-        self._counters: dict[str, dict[str, int]] = {}  # unopened streams' counters from the copy
-        self._rewriter: threading.Thread | None = None
-        self._rewriter_lock = threading.Lock()
         self._lock = threading.RLock()
         # The gateway's accounts share one backlog (engine/accounts/registry.py): its bound is the gateway's.
         self.backlog = backlog or Backlog(self.options.max_unflushed_bytes, self.options.max_unflushed_total)
@@ -116,6 +113,7 @@ class JetStream:
         self.consumers = Consumers(self.layout, self.clock, self.options.sync_always, self.backlog, self._log_lease)
         self.consumers.scoped = self.options.cluster
         self.consumers.catalog = None if self.options.cluster else self.catalog
+        self.catalog_upkeep = CatalogUpkeep(self.catalog, self.consumers, self._entries, not self.options.cluster)
         # Several gateways (engine/cluster/service.py): a stream's lease is taken to make it, released to delete it
         self.claim_stream: Callable[[str], Lease] | None = None
         self.release_stream: Callable[[str], None] | None = None
@@ -150,6 +148,11 @@ class JetStream:
     def _streams_view(self) -> list[Stream]:
         return [e.stream for e in list(self._streams.values()) if e.stream is not None]
 
+    def _entries(self) -> list[tuple[str, CatalogEntry]]:
+        """Every (name, entry) of the registry now, taken under its lock."""
+        with self._lock:
+            return list(self._streams.items())
+
     # -- lifecycle ----------------------------------------------------------------------------
 
     def open(self, start_flusher: bool = True) -> None:
@@ -163,13 +166,10 @@ class JetStream:
         self._owner.acquire(self.options.takeover_wait)
         try:
             self._tombstones = TombstoneView(self.layout.tombstones)  # read once for every stream
-            found = read_catalog(self.catalog)
-            self._counters = found.counters
+            found = self.catalog_upkeep.read()
             self.consumers.prepare(found.consumers)
             opened = self._load_streams(found.records)
-            if found.rewrite:
-                self._rewrite_catalog()
-            self.catalog.on_marks = self._rewrite_in_background
+            self.catalog_upkeep.start(found.rewrite)
             if all(e.stream is not None for e in self._streams.values()):
                 self._tombstones = None
             from engine.erasures import registry  # pending erasures: forgotten again by the rebuilt memory
@@ -202,10 +202,7 @@ class JetStream:
             log.info("engine closed without flushing (its account is being deleted)")
         if self.opened:
             result = self.flusher.flush()
-            if self._rewriter is not None:
-                self._rewriter.join()
-            if not self.options.cluster:  # before the index snapshots: a stop killed during them keeps it
-                self._rewrite_catalog()
+            self.catalog_upkeep.close()  # before the index snapshots: a stop killed during them keeps the copy
             for stream in self._streams_view():
                 if isinstance(stream.store, DeltaStore) and not result.failed:
                     with stream.lock:
@@ -228,53 +225,6 @@ class JetStream:
         self.flusher.stop()
         for stream in self.streams():
             stream.unavailable = stream.failure = f"this gateway no longer owns the warehouse: {reason}"
-
-    def _catalog_items(self, marked: set[str]) -> dict[str, CatalogItem]:
-        """The catalog copy to write: the marked streams from their files again, the others from memory
-        (an unopened stream's record, consumer names and counters; an opened one's config, consumers
-        and counters now)."""
-        with self._lock:
-            entries = list(self._streams.items())
-        items: dict[str, CatalogItem] = {}
-        for name, entry in entries:
-            stream = entry.stream
-            if stream is None:
-                assert entry.record is not None
-                items[name] = CatalogItem(entry.record.to_json(), self.consumers.unrestored(name),
-                                          self._counters.get(name))
-            elif isinstance(stream.store, DeltaStore) and not stream.deleted:
-                with stream.lock:
-                    consumers = {c.name: acts_alone(c) for c in stream.consumers.values()}
-                    state = stream_counters(stream)
-                items[name] = CatalogItem(self._record(stream), consumers, state)
-        for name in marked:
-            item = self.catalog.read_stream(name)
-            if item is None:
-                items.pop(name, None)
-                continue
-            previous = items.get(name)
-            item.record = StreamRecord.from_json(item.record).to_json()
-            item.state = previous.state if previous is not None else None
-            items[name] = item
-        return items
-
-    def _rewrite_catalog(self) -> None:
-        """Rewrites the catalog copy (engine/catalog_store.py). The copy is a cache: a failure leaves
-        the marks, and the next start reads the marked streams' files."""
-        try:
-            started = time.monotonic()
-            if self.catalog.rewrite(self._catalog_items):
-                log.info("catalog copy of %d streams written in %.2fs", len(self._streams), time.monotonic() - started)
-        except Exception as exc:  # noqa: BLE001 - a cache: the marks stay for the next start
-            log.warning("the catalog copy was not rewritten (the next start reads the marked streams): %s", exc)
-
-    def _rewrite_in_background(self) -> None:
-        """Many marks gathered (streams made or changed): the copy is rewritten off the caller's thread."""
-        with self._rewriter_lock:  # not the registry's lock: a consumer change calls this under its stream's lock
-            if self._rewriter is not None and self._rewriter.is_alive():
-                return
-            self._rewriter = threading.Thread(target=self._rewrite_catalog, name="jetlake-catalog", daemon=True)
-            self._rewriter.start()
 
     def _load_streams(self, records: list[StreamRecord]) -> list[Stream]:
         """Recovers the streams that cannot wait (engine/catalog.py), a few at a time: a stream's
@@ -405,7 +355,7 @@ class JetStream:
         """Re-reads a stream from disk after a failed log write (the flusher calls it, holding its lock,
         so no commit of the stream is under way); its consumers drop what is gone."""
         stream.reload(self._new_store(stream.config, stream.stream_id, stream.store.partitioner.tokens,
-                                      _key_tokens(stream), _protected(stream), _stream_lease(stream)))
+                                      stream_key_tokens(stream), stream_protected(stream), _stream_lease(stream)))
         with stream.lock:
             for consumer in stream.consumers.values():
                 gone = [s for s in consumer.state.pending if not stream.index.is_live(s)]
@@ -467,7 +417,7 @@ class JetStream:
         with self._lock:
             stream = self._stream(name)
             check_stream_update(stream.config, config)
-            encryption.check_update(stream.config, config, _key_tokens(stream) is not None)
+            encryption.check_update(stream.config, config, stream_key_tokens(stream) is not None)
             others = [e.shape for n, e in self._streams.items() if n != name]
             account_limits.check_stream(self._limits, config, others, update=stream.config)
             check_overlap(self._streams, config, exclude=name)
@@ -495,14 +445,14 @@ class JetStream:
             if entry is None or entry.stream is None:
                 raise errors.StreamNotFoundError()
             stored = isinstance(entry.stream.store, DeltaStore)
-            with entry.stream.lock, self._changing(name) if stored else nullcontext():
+            with entry.stream.lock, self.catalog_upkeep.changing(name) if stored else nullcontext():
                 entry.stream.deleted = True
                 self.consumers.drop_stream(entry.stream)
                 del self._streams[name]
                 self._by_subject.clear()
                 self.layout.objects.delete(self.layout.stream_config_key(name))
                 entry.stream.store.destroy()
-                if self.keyring is not None and _key_tokens(entry.stream) is not None:
+                if self.keyring is not None and stream_key_tokens(entry.stream) is not None:
                     self.keyring.destroy_stream(entry.stream.stream_id)
                 self.flusher.forget(name)
                 self.consumers.close_stream(entry.stream, flush=False)  # its own ack store (several gateways)
@@ -580,22 +530,10 @@ class JetStream:
             return [e.stream for e in self._streams.values() if e.stream is not None]
 
     def _write_config(self, stream: Stream) -> None:
-        with self._changing(stream.name):
+        with self.catalog_upkeep.changing(stream.name):
             action = failpoints.hit("stream.config") if failpoints.ARMED else None
-            self.layout.objects.put(self.layout.stream_config_key(stream.name), orjson.dumps(self._record(stream)))
+            self.layout.objects.put(self.layout.stream_config_key(stream.name), orjson.dumps(record_json(stream)))
             failpoints.after("stream.config", action)
-
-    def _changing(self, name: str) -> AbstractContextManager[None]:
-        """The catalog's mark for a change of a stream's files (none with several gateways: no copy)."""
-        return nullcontext() if self.options.cluster else self.catalog.changing(name)
-
-    @staticmethod
-    def _record(stream: Stream) -> dict[str, Any]:
-        return {
-            "config": stream.config.to_json(), "created": stream.created_ns, "stream_id": stream.stream_id,
-            "partition_tokens": stream.store.partitioner.tokens,
-            **encryption.record_field(_key_tokens(stream), _protected(stream)),
-        }
 
     def _info(self, stream: Stream, subjects_filter: str | None = None, offset: int = 0) -> dict[str, Any]:
         state = stream.state(subjects_filter, offset)
@@ -861,11 +799,10 @@ class JetStream:
         """JetStream's AccountInfo (without `api`, which the front doors count): usage and limits. A
         stream not opened yet counts by the counters the catalog copy holds for it, when its table and
         tombstones are still where they were when they were written; otherwise it is opened."""
-        with self._lock:
-            entries = list(self._streams.items())
+        entries = self._entries()
         memory = storage = consumers = 0
         for name, entry in entries:
-            counted = self._stored_counters(name, entry) if entry.stream is None else None
+            counted = self.catalog_upkeep.stored_counters(name, entry, self._tombstones) if entry.stream is None else None
             if counted is None:
                 stream = self._opened(entry)
                 used, consumers = stream.index.bytes, consumers + stream.consumer_count
@@ -886,18 +823,6 @@ class JetStream:
             "limits": self._limits.to_json(),
         }
 
-    def _stored_counters(self, name: str, entry: CatalogEntry) -> dict[str, int] | None:
-        """An unopened stream's counters from the catalog copy, if nothing changed its table or its
-        tombstones since they were taken (two HEADs, and the tombstone view read at start); else None."""
-        counted, record, tombstones = self._counters.get(name), entry.record, self._tombstones
-        if counted is None or record is None or tombstones is None:
-            return None
-        if tombstones.for_stream(record.stream_id).lsn != counted["tombstone_lsn"]:
-            return None
-        if not is_latest_version(self.layout.stream_table_location(name), counted["table_version"]):
-            return None
-        return counted
-
 
 def _check_available(stream: Stream) -> None:
     if stream.unavailable is not None:
@@ -907,15 +832,3 @@ def _check_available(stream: Stream) -> None:
 def _stream_lease(stream: Stream) -> Lease | None:
     """The stream's own lease (several gateways); None when the warehouse's lease fences its log."""
     return getattr(stream.store, "fence_lease", None)
-
-
-def _key_tokens(stream: Stream) -> int | None:
-    """The key tokens of an encrypted stream; None for a plain one."""
-    sealer = getattr(stream.store, "sealer", None)
-    return None if sealer is None else sealer.keys.key_tokens
-
-
-def _protected(stream: Stream) -> bool:
-    """Whether an encrypted stream's subjects are protected (sealed, keyed-hash partitions)."""
-    sealer = getattr(stream.store, "sealer", None)
-    return sealer is not None and sealer.protected

@@ -243,8 +243,8 @@ def test_many_changes_rewrite_the_copy_in_the_background(
     js = open_engine(warehouse, clock)
     for i in range(10):
         js.add_stream({"name": f"B{i}", "subjects": [f"b{i}.>"]})
-    assert js._rewriter is not None
-    js._rewriter.join(timeout=60)
+    assert js.catalog_upkeep.rewriter is not None
+    js.catalog_upkeep.rewriter.join(timeout=60)
     assert js.catalog.marked < 10, "the copy was rewritten and its marks folded in"
     crash(js)
     again = JetStream(warehouse, EngineOptions(), clock=clock)
@@ -262,7 +262,7 @@ def test_counters_of_a_rewrite_before_a_crash_serve_the_next_account_info(wareho
     their counters; a kill -9 later keeps them usable."""
     js = open_engine(warehouse, clock)
     _fill(js)
-    js._rewrite_catalog()
+    js.catalog_upkeep.rewrite()
     js.publish([InboundMessage("plain.c", b"after the rewrite")])  # in PLAIN's log only, at the kill
     crash(js)
 
