@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -36,7 +36,7 @@ from engine.store.layout import Layout
 from engine.store.wal import SUFFIX
 from engine.stream import Stream
 from engine.subject_routes import SubjectRoutes
-from engine.subjects import is_valid_subject, subjects_collide
+from engine.subjects import is_valid_subject
 
 log = logging.getLogger(__name__)
 
@@ -168,14 +168,6 @@ def check_page(subject: str | None, offset: int, limit: int) -> None:
         raise errors.bad_request("offset must be ≥ 0 and limit > 0")
 
 
-def listed(entries: Mapping[str, CatalogEntry], subject: str | None) -> list[tuple[str, CatalogEntry]]:
-    """The streams in name order; with `subject`, those whose subjects collide with it."""
-    items = sorted(entries.items())
-    if subject is None:
-        return items
-    return [(n, e) for n, e in items if any(subjects_collide(subject, x) for x in e.subjects)]
-
-
 class StreamEntries(dict[str, CatalogEntry]):
     """Every stream of an account by name, with its subject routes kept in step: whatever adds, replaces
     or removes an entry updates them, and `rerouted` follows a config update that changed subjects."""
@@ -202,6 +194,14 @@ class StreamEntries(dict[str, CatalogEntry]):
     def capturing(self, subject: str) -> str | None:
         """The name of the stream capturing the literal `subject`."""
         return self.routes.match(subject)
+
+
+def listed(entries: StreamEntries, subject: str | None) -> list[tuple[str, CatalogEntry]]:
+    """The streams in name order; with `subject`, those whose subjects collide with it, found in one walk
+    of the subject routes. The caller holds the registry's lock, so the routes and entries agree."""
+    if subject is None:
+        return sorted(entries.items())
+    return sorted((name, entries[name]) for name in entries.routes.colliding(subject))
 
 
 def check_overlap(entries: StreamEntries, config: StreamConfig, exclude: str | None = None) -> None:

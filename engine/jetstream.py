@@ -471,7 +471,8 @@ class JetStream:
 
     def list_streams(self, subject: str | None = None, offset: int = 0, limit: int = 256) -> dict[str, Any]:
         check_page(subject, offset, limit)
-        entries = [e for _, e in listed(self._streams.copy(), subject)]
+        with self._lock:
+            entries = [e for _, e in listed(self._streams, subject)]
         for entry in entries[offset : offset + limit]:
             self._opened(entry)  # a page of infos opens its streams; the others stay closed
         missing = [e.stream.name for e in entries if e.stream is not None and e.stream.unavailable is not None]
@@ -485,7 +486,8 @@ class JetStream:
     def stream_names(self, subject: str | None = None, offset: int = 0, limit: int = 1024) -> dict[str, Any]:
         """A page of stream names (STREAM.NAMES), from the catalog: no stream is opened."""
         check_page(subject, offset, limit)
-        items = listed(self._streams.copy(), subject)
+        with self._lock:
+            items = listed(self._streams, subject)
         names = [n for n, e in items if e.stream is None or e.stream.unavailable is None]
         return {"total": len(names), "offset": offset, "limit": limit, "streams": names[offset : offset + limit]}
 

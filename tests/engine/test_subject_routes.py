@@ -73,3 +73,27 @@ def test_a_streams_subjects_route_publishes_through_updates_and_deletes(tmp_path
         assert js.stream_name_for_subject("shipments.1") == "C"
     finally:
         js.close()
+
+
+def test_filtered_listings_page_the_streams_a_scan_would_find(tmp_path: Path) -> None:
+    """STREAM.LIST and STREAM.NAMES with a subject filter (found by the routes) list, in name order and
+    page by page, exactly the streams whose subjects collide with the filter; an update moves a stream
+    in or out of a filter's listing."""
+    subjects = {"E": ["e.>"], "D": ["d.*.x", "d.y"], "C": ["c"], "B": ["b.*"], "A": ["a.b.c", "ab"], "F": ["f.*.f"]}
+    js = JetStream(tmp_path / "warehouse", EngineOptions())
+    js.open(start_flusher=False)
+    try:
+        for name, subs in subjects.items():
+            js.add_stream({"name": name, "subjects": subs})
+        js.update_stream("C", {"name": "C", "subjects": ["c", "b.c.d"]})
+        subjects["C"] = ["c", "b.c.d"]
+        for query in (">", "*", "*.*", "b.>", "*.*.f", "a.*.c", "d.q.x", "e", "zz.>"):
+            expected = sorted(n for n, subs in subjects.items() if any(subjects_collide(query, s) for s in subs))
+            assert js.stream_names(query)["streams"] == expected, query
+            for offset in range(len(expected) + 1):
+                page = js.list_streams(query, offset, 2)
+                assert [s["config"]["name"] for s in page["streams"]] == expected[offset : offset + 2], (query, offset)
+                assert page["total"] == len(expected)
+                assert js.stream_names(query, offset, 2)["streams"] == expected[offset : offset + 2]
+    finally:
+        js.close()
