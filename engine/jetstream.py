@@ -7,7 +7,9 @@ state from their table, the tombstones and their log when first used, or at star
 wait (engine/catalog.py, the catalog of every stream's config); memory streams live and die with
 the process. The flusher (engine/flusher.py) moves each stream's log into its Delta table every
 `flush_interval`, or sooner once `flush_bytes` are waiting. A stream whose recovery fails is kept
-apart (every request on it is a 503, `/healthz` lists it) and the others serve. Counterpart:
+apart (every request on it is a 503, `/healthz` lists it) and the others serve. Making and recovering
+a stream is engine/stream_factory.py's; keeping the catalog's compact copy in step (its change marks,
+rewrites, the counters an account info sums) is engine/catalog_upkeep.py's. Counterpart:
 server/jetstream.go and the stream parts of server/jetstream_api.go.
 """
 
@@ -23,13 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import orjson
 
 from engine import encryption, errors
 from engine.catalog import (
     CatalogEntry, StreamEntries, StreamRecord, check_overlap, check_page, in_parallel, listed, opened_at_start,
-    record_json, stream_key_tokens, stream_protected,
+    record_json, stream_key_tokens,
 )
 from engine.catalog_store import CatalogStore
 from engine.catalog_upkeep import CatalogUpkeep
@@ -39,7 +40,7 @@ from engine.errors import JetStreamError
 from engine.clock import Clock, SystemClock
 from engine.consumer import Delivery
 from engine.consumers import Consumers
-from engine.config import StreamConfig, check_stream_config, check_stream_update, parse_stream_config, same_config
+from engine.config import check_stream_config, check_stream_update, parse_stream_config, same_config
 from engine.flusher import Flusher, FlushResult, FlushStats
 from engine.health import health_report
 from engine.info import rfc3339, state_json
@@ -48,16 +49,16 @@ from engine.kv import KeyValueStores
 from engine.objects import ObjectStores
 from engine.store.backlog import DEFAULT_MAX_LOG_BYTES, DEFAULT_MAX_TOTAL_BYTES, Backlog
 from engine.store import failpoints
-from engine.store.base import StoredMessage, StreamStore
+from engine.store.base import StoredMessage
 from engine.store.delta import DEFAULT_CACHE_BYTES, DeltaStore
 from engine.store.layout import Layout
 from engine.store.lease import OwnerLock
 from engine.store.leases import Lease
-from engine.store.memory import MemoryStore
 from engine.store.objectstore import WarehouseLocation
 from engine.store.tombstones import TombstoneView
 from engine.messages import DEFAULT_MAX_PAYLOAD, InboundMessage, PlainBatch, PublishAnswer, PublishResult
 from engine.stream import SUBJECTS_PAGE, Stream
+from engine.stream_factory import StreamFactory
 from engine.subjects import is_valid_publish_subject, is_valid_subject, matches_mask, valid_publish_mask
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,6 @@ class JetStream:
         self.layout = Layout(warehouse, self.options.account, self.options.wal_dir)
         self._owner = OwnerLock(self.layout)
         self._owner.on_lost = self._deposed
-        self.keyring: Keyring | None = None
         self._streams = StreamEntries()  # every stream; opened on first use (engine/catalog.py)
         self._by_subject: dict[str, str | None] = {}
         self._tombstones: TombstoneView | None = None  # read at open; kept for the streams opened later
@@ -111,13 +111,16 @@ class JetStream:
         # `--wal object`: the logs are objects in the warehouse, fenced by the owner lease's token
         self._log_lease = self._owner.lease if self.options.wal == "object" else None
         self.consumers = Consumers(self.layout, self.clock, self.options.sync_always, self.backlog, self._log_lease)
+        self.factory = StreamFactory(self.layout, self.clock, self.backlog, self._log_lease,
+                                     sync_always=self.options.sync_always, cache_bytes=self.options.cache_bytes,
+                                     max_payload=self.options.max_payload)
         self.consumers.scoped = self.options.cluster
         self.consumers.catalog = None if self.options.cluster else self.catalog
         self.catalog_upkeep = CatalogUpkeep(self.catalog, self.consumers, self._entries, not self.options.cluster)
         # Several gateways (engine/cluster/service.py): a stream's lease is taken to make it, released to delete it
         self.claim_stream: Callable[[str], Lease] | None = None
         self.release_stream: Callable[[str], None] | None = None
-        self.flusher = Flusher(self.streams, self.consumers, self._reload, self.options.flush_interval)
+        self.flusher = Flusher(self.streams, self.consumers, self.factory.reload, self.options.flush_interval)
         self.notify: Callable[[str], None] | None = None
         self.opened = False
         self.deposed: str | None = None
@@ -125,6 +128,12 @@ class JetStream:
         self.objects = ObjectStores(self)
         self._limits = self.options.limits
         self.consumers.limits = self._limits
+        self.factory.quota = self if self._limits.limits_bytes else None
+
+    @property
+    def keyring(self) -> Keyring | None:
+        """The account's keyring (encryption at rest, engine/keys/), once the engine is open; None without a key."""
+        return self.factory.keyring
 
     @property
     def limits(self) -> AccountLimits:
@@ -135,6 +144,7 @@ class JetStream:
     def limits(self, value: AccountLimits) -> None:
         self._limits = value
         self.consumers.limits = value
+        self.factory.quota = self if value.limits_bytes else None
         if value.limits_bytes:  # every publish sums every stream's bytes
             self._open_all()
         for stream in self.streams():
@@ -157,7 +167,7 @@ class JetStream:
 
     def open(self, start_flusher: bool = True) -> None:
         # Before the owner lock: a wrong or missing key refuses the start without writing a byte.
-        self.keyring = encryption.open_keyring(self.layout, self.options.key, self.options.prev_key, self.clock)
+        self.factory.keyring = encryption.open_keyring(self.layout, self.options.key, self.options.prev_key, self.clock)
         if self.options.cluster:  # streams arrive one by one as this gateway claims them (`take`)
             self.consumers.notify, self.opened = self._notify, True
             if start_flusher:
@@ -234,7 +244,7 @@ class JetStream:
         # logs in the object store are not listed here; byte limits: every publish sums every stream's bytes
         every = self.options.wal != "local" or bool(self._limits.limits_bytes)
         urgent = opened_at_start(records, self.layout, self.consumers.act_alone, every)
-        opened = in_parallel(lambda r: self._open_record(r, None, self._tombstones),
+        opened = in_parallel(lambda r: self.factory.recover(r, None, self._tombstones),
                              [r for r in records if r.name in urgent])
         by_name = {s.name: s for s in opened}
         for record in records:
@@ -254,7 +264,7 @@ class JetStream:
         """A stream's first use after the start: recovered, its consumers restored."""
         if self.deposed is not None:
             raise errors.UnavailableError(f"this gateway no longer owns the warehouse: {self.deposed}")
-        stream = self._open_record(record, None, self._tombstones)  # nothing wrote its tombstones since
+        stream = self.factory.recover(record, None, self._tombstones)  # nothing wrote its tombstones since
         if stream.recovered:
             self.consumers.restore_stream(stream)
         return stream
@@ -263,7 +273,7 @@ class JetStream:
         """Serves a stream this gateway now owns (several gateways), recovered under `lease`, whose token
         fences its writes and its consumers'. Raises when it cannot be recovered (the lease is released)."""
         record = self._read_record(self.layout.stream_config_key(name))
-        stream = self._open_record(record, lease, TombstoneView(self.layout.tombstones))
+        stream = self.factory.recover(record, lease, TombstoneView(self.layout.tombstones))
         if not stream.recovered:
             raise errors.UnavailableError(f"stream {name} is unavailable: {stream.failure}")
         from engine.erasures import registry  # pending erasures: forgotten again by the rebuilt memory
@@ -304,63 +314,6 @@ class JetStream:
     def _read_record(self, key: str) -> StreamRecord:
         return StreamRecord.from_json(orjson.loads(self.layout.objects.get(key).data))
 
-    def _open_record(self, record: StreamRecord, lease: Lease | None, tombstones: TombstoneView | None) -> Stream:
-        """Recovers one stream (`tombstones`: the account's, read once for many); a stream that cannot be
-        recovered is kept apart, refusing every request."""
-        config, tokens, key_tokens, protected = record.config, record.partition_tokens, record.key_tokens, record.protected
-        started = time.monotonic()
-        stream = self._new_stream(config, record.created_ns, record.stream_id, tokens, key_tokens, protected, lease,
-                                  tombstones)
-        try:
-            stream.recover()
-        except Exception as exc:  # noqa: BLE001 - one bad stream must not keep the others from serving
-            log.exception("stream %s cannot be recovered; it refuses every request until a restart recovers it",
-                          config.name)
-            try:
-                stream.store.close()
-            except OSError:
-                pass  # what it read is dropped with it
-            stream = self._new_stream(config, record.created_ns, record.stream_id, tokens, key_tokens, protected, lease)
-            stream.unavailable = stream.failure = f"recovery failed: {type(exc).__name__}: {exc}"
-            stream.recovered = False
-        log.info(
-            "recovered stream %s: %d messages, last seq %d, in %.2fs",
-            config.name, stream.index.msgs, stream.index.last_seq, time.monotonic() - started,
-        )
-        return stream
-
-    def _new_stream(self, config: StreamConfig, created: int, stream_id: str, partition_tokens: int,
-                    key_tokens: int | None = None, protected: bool = False, lease: Lease | None = None,
-                    tombstones: TombstoneView | None = None) -> Stream:
-        store = self._new_store(config, stream_id, partition_tokens, key_tokens, protected, lease, tombstones)
-        stream = Stream(config, created, stream_id, store, self.clock, self.options.max_payload)
-        stream.quota = self if self._limits.limits_bytes else None
-        return stream
-
-    def _new_store(self, config: StreamConfig, stream_id: str, partition_tokens: int, key_tokens: int | None = None,
-                   protected: bool = False, lease: Lease | None = None,
-                   tombstones: TombstoneView | None = None) -> StreamStore:
-        """A stream's store; `partition_tokens` is fixed when the stream is made (its table keeps its
-        layout), as is whether it is encrypted (`key_tokens` not None) and its subjects protected."""
-        if config.storage == "memory":
-            return MemoryStore(partition_tokens)
-        return DeltaStore(
-            self.layout, config.name, stream_id, partition_tokens,
-            self.options.sync_always, self.options.cache_bytes, self.backlog, tombstones=tombstones,
-            sealer=encryption.sealer(self.keyring, config.name, stream_id, key_tokens, protected),
-            log_lease=lease or self._log_lease, stream_lease=lease is not None,
-        )
-
-    def _reload(self, stream: Stream) -> None:
-        """Re-reads a stream from disk after a failed log write (the flusher calls it, holding its lock,
-        so no commit of the stream is under way); its consumers drop what is gone."""
-        stream.reload(self._new_store(stream.config, stream.stream_id, stream.store.partitioner.tokens,
-                                      stream_key_tokens(stream), stream_protected(stream), _stream_lease(stream)))
-        with stream.lock:
-            for consumer in stream.consumers.values():
-                gone = [s for s in consumer.state.pending if not stream.index.is_live(s)]
-                consumer.drop_removed(np.array(gone, np.int64))
-
     # -- streams ------------------------------------------------------------------------------
 
     def add_stream(self, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
@@ -386,7 +339,7 @@ class JetStream:
             protected = encryption.protected_subjects(config)
             lease = self.claim_stream(config.name) if self.claim_stream is not None else None
             try:
-                stream = self._new_stream(config, self.clock.now_ns(), uuid.uuid4().hex, config.partition_tokens,
+                stream = self.factory.new_stream(config, self.clock.now_ns(), uuid.uuid4().hex, config.partition_tokens,
                                           key_tokens, protected, lease)
                 if isinstance(stream.store, DeltaStore):
                     try:
@@ -829,8 +782,3 @@ class JetStream:
 def _check_available(stream: Stream) -> None:
     if stream.unavailable is not None:
         raise errors.UnavailableError(f"stream {stream.name} is unavailable: {stream.unavailable}")
-
-
-def _stream_lease(stream: Stream) -> Lease | None:
-    """The stream's own lease (several gateways); None when the warehouse's lease fences its log."""
-    return getattr(stream.store, "fence_lease", None)
