@@ -135,3 +135,77 @@ def test_a_read_through_the_cache_leaves_no_cyclic_garbage(js: JetStream, clock:
     finally:
         if was_enabled:
             gc.enable()
+
+
+def _expect(js: JetStream, stream: str, seq: int) -> None:
+    msg = js.get_message(stream, seq)
+    assert (msg.seq, msg.subject, msg.data) == (seq, f"{stream.lower()}.{(seq - 1) % 7}", f"m-{seq - 1}".encode())
+
+
+def test_whole_footers_are_kept_parsed_only_while_every_held_files_fit_their_share(
+        warehouse: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    js = JetStream(warehouse, EngineOptions(), clock=clock)
+    js.open(start_flusher=False)
+    try:
+        js.add_stream({"name": "W", "subjects": ["w.>"]})
+        _publish(js, "W", 24_000, clock, 4_000)  # 6 files of 4 row groups
+        js = reopen(js, clock)
+        store = js.stream("W").store
+        assert isinstance(store, DeltaStore)
+        cache = store.reads._row_groups
+        for seq in range(1, 24_001, 997):
+            _expect(js, "W", seq)
+        assert set(cache._footers) == set(cache._files) and len(cache._files) == 6, "every file's footer kept"
+        assert cache._footers_bytes == sum(b.parsed_nbytes for b in cache._files.values()) <= cache.footers_budget
+        assert cache.nbytes <= cache.budget
+
+        cache.clear()
+        cache.footers_budget = 3 * FileBounds.read(_files(js, "W")[0], _LOCAL).parsed_nbytes
+        parses: list[int] = []
+        whole_metadata = FileBounds.whole_metadata
+        monkeypatch.setattr(FileBounds, "whole_metadata",
+                            lambda self, file: parses.append(1) or whole_metadata(self, file))
+        rng = random.Random(7)
+        for seq in [rng.randrange(1, 24_001) for _ in range(200)]:
+            _expect(js, "W", seq)
+            assert cache._footers_bytes <= cache.footers_budget and cache.nbytes <= cache.budget
+        assert len(cache._files) == 6 and len(cache._footers) <= 3
+        assert len(parses) <= 3, "past a share of 3 files' footers, random reads parse no whole footer"
+    finally:
+        js.close()
+
+
+def test_a_kept_footer_never_serves_a_file_replaced_purged_or_erased(engine: list[JetStream],
+                                                                      clock: ManualClock) -> None:
+    js = engine[0]
+    js.add_stream({"name": "R", "subjects": ["r.>"]})
+    _publish(js, "R", 9_000, clock, 3_000)  # 3 files of 3 row groups
+    js = engine[0] = reopen(js, clock)  # every read from the table
+    store = js.stream("R").store
+    assert isinstance(store, DeltaStore)
+    cache = store.reads._row_groups
+    for seq in (1, 2_500, 4_000, 8_999):
+        _expect(js, "R", seq)
+    assert len(cache._footers) == 3
+
+    path = next(p for p in _files(js, "R") if pq.read_table(p, columns=["seq"]).column("seq")[0].as_py() == 1)
+    pq.write_table(pq.read_table(path), path, row_group_size=333)  # the same rows in other groups, same name
+    store.reads._row_groups._entries.clear()  # no decoded group left to answer: the file is read again
+    for seq in (1, 334, 2_000, 3_000):
+        _expect(js, "R", seq)
+    assert len(cache._files[path]) == 10, "the replaced file's bounds are read again"
+
+    js.purge("R", "r.3")
+    js.delete_message("R", 5_000)  # an erasure: the message leaves every read at once
+    for seq in (4, 11, 5_000):  # r.3
+        with pytest.raises(JetStreamError):
+            js.get_message("R", seq)
+    for seq in (1, 4_999, 5_001, 8_998):
+        _expect(js, "R", seq)
+
+    js = engine[0] = reopen(js, clock)
+    for seq in (4, 5_000):
+        with pytest.raises(JetStreamError):
+            js.get_message("R", seq)
+    for seq in (1, 334, 4_999, 5_001, 8_998):
+        _expect(js, "R", seq)
