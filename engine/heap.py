@@ -1,22 +1,21 @@
 """The process's heap policy: how much freed memory the allocators keep, and when it goes back to the OS.
 
-Three allocators hold what the gateway frees: glibc's malloc (Python objects, numpy arrays, delta-rs),
+Three allocators hold what the gateway frees: glibc's malloc (Python objects, numpy arrays),
 Arrow's jemalloc pool (engine/store/rows.py picks it: decoded row groups, publish batches) and, for
 reference cycles, Python's cyclic collector, which the gateway runs rarely. This module is the one place
 that tunes or calls them:
 - `collect_rarely` (once the gateway has started) freezes what it holds and raises the thresholds;
 - `keep_freed_memory` (at startup) lets glibc keep up to 256 MiB of freed memory, so a megabyte request
-  body allocated and freed many times a second is not handed back and faulted in page by page; caps
-  glibc at two arenas (each thread that allocates, delta-rs's writer threads among them, would get its
-  own, up to 8 per core, each keeping its freed pages) and keeps numpy's arrays off transparent huge
-  pages (numpy asks for them on every array of 4 MB and more; where the kernel grants them only on
-  request, as here, the heap ranges they leave are refilled 2 MB at a time: 84 MB of them after a load
-  of a million subjects);
+  body allocated and freed many times a second is not handed back and faulted in page by page; and
+  keeps numpy's arrays off transparent huge pages (numpy asks for them on every array of 4 MB and
+  more; where the kernel grants them only on request, as here, the heap ranges such arrays leave were
+  refilled 2 MB at a time: 40-90 MB of huge pages after a load of a million subjects, 10-16 without);
 - `release` (the flusher: every few seconds during a write load, now and then otherwise) gives free
   pages back: `malloc_trim` for glibc, `release_unused` for Arrow's pool;
 - `settle` (the flusher, once a write load ends) collects cycles first, then releases.
 nats-server's counterpart is Go's garbage collector and scavenger, which return memory on their own.
-Where the C library is not glibc (musl, macOS) the glibc calls do nothing.
+Where the C library is not glibc (musl, macOS) the glibc calls do nothing. delta-rs's Rust code links
+its own jemalloc into its module (configured only by `_RJEM_MALLOC_CONF` before the module loads).
 """
 
 from __future__ import annotations
@@ -33,9 +32,8 @@ from typing import Any
 import pyarrow as pa
 from numpy._core import multiarray as np_multiarray
 
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8  # glibc mallopt parameters
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters
 KEEP_FREED_BYTES = 256 * 1024 * 1024
-ARENAS = 2  # the gateway's threads that allocate at once: the event loop and the flusher
 MMAP_THRESHOLD_BYTES = 64 * 1024 * 1024
 
 
@@ -58,14 +56,13 @@ def keep_freed_memory() -> bool:
     """Request bodies of a megabyte, allocated and freed many times a second: glibc would hand each back
     to the kernel (munmap, heap trim) and fault it in again page by page, which costs a third of the
     gateway's CPU on a VM. Keeps up to 256 MiB of freed memory for reuse (`release` still hands it back
-    when the flusher asks), in at most ARENAS arenas; numpy's arrays stay on small pages
+    when the flusher asks); numpy's arrays stay on small pages
     (NUMPY_MADVISE_HUGEPAGE=1 overrides). MALLOC_* variables override glibc's part. True if the glibc
     policy was applied."""
     if os.environ.get("NUMPY_MADVISE_HUGEPAGE") is None:
         np_multiarray._set_madvise_hugepage(False)
     if _LIBC is None or any(name.startswith("MALLOC_") for name in os.environ):
         return False
-    _LIBC.mallopt(_M_ARENA_MAX, ARENAS)
     _LIBC.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
     _LIBC.mallopt(_M_TRIM_THRESHOLD, KEEP_FREED_BYTES)
     return True
