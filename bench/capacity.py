@@ -8,8 +8,8 @@ Three scenarios, each run against a JetLake gateway and against nats-server in t
 - `subjects`: M messages of 100 B on M distinct subjects (and on 1,000 subjects, for contrast):
   publish msgs/s, files and bytes on disk after the flush, RSS after the load, once flushed and idle
   (`settled_rss_mb`) and after a restart,
-  restart time, `last_by_subj` p50/p99 over random subjects, one `subjects_filter` page, and a Spark
-  SQL `WHERE subject = …` with the files it read.
+  restart time, `last_by_subj` p50/p99 over random subjects (and the server's CPU per lookup), one
+  `subjects_filter` page, and a Spark SQL `WHERE subject = …` with the files it read.
 - `streams`: S streams with one durable consumer and a few messages each: RSS, log segments, threads
   and open files, restart time (wall, and the gateway's CPU) and RSS after it, and an account info
   after the restart (time, CPU, RSS: it counts idle streams from the catalog copy) (nats-server fed by
@@ -245,10 +245,13 @@ def jetlake_publish(port: int, pid: int, total: int, kind: str, clients: int) ->
 # -- JetLake: reads --------------------------------------------------------------------------------
 
 
-def timed_gets(port: int, paths: list[str]) -> dict:
+def timed_gets(port: int, paths: list[str], pid: int | None = None) -> dict:
+    """Wall p50/p99 of GETs one at a time; with `pid`, the server's CPU per request too (a wall time on a
+    loaded machine says little)."""
     client = RawHTTP(port)
     lat: list[int] = []
     errors = 0
+    cpu = cpu_seconds(pid) if pid else 0.0
     for path in paths:
         t = time.perf_counter_ns()
         status, _ = client.request(build_request("GET", path, port, b""))
@@ -256,7 +259,10 @@ def timed_gets(port: int, paths: list[str]) -> dict:
         errors += status != 200
     client.close()
     lat.sort()
-    return {"n": len(paths), "errors": errors, "p50_ms": pct_ms(lat, 0.5), "p99_ms": pct_ms(lat, 0.99)}
+    out = {"n": len(paths), "errors": errors, "p50_ms": pct_ms(lat, 0.5), "p99_ms": pct_ms(lat, 0.99)}
+    if pid and paths:
+        out["server_cpu_ms"] = round((cpu_seconds(pid) - cpu) / len(paths) * 1000, 3)
+    return out
 
 
 def rfc3339(ns: int) -> str:
@@ -290,7 +296,8 @@ def nats_max_bytes(total: int) -> str:
     return f"{max(1, math.ceil(total * PAYLOAD * 4 / 1e9))}GB"
 
 
-async def _nats_reads(url: str, stream: str, seqs: list[int], times: list[int], subjects: list[str]) -> dict:
+async def _nats_reads(url: str, stream: str, seqs: list[int], times: list[int], subjects: list[str],
+                      pid: int | None = None) -> dict:
     import nats
 
     nc = await nats.connect(url)
@@ -300,6 +307,7 @@ async def _nats_reads(url: str, stream: str, seqs: list[int], times: list[int], 
     async def measure(name: str, requests: list[bytes], subject: str) -> None:
         lat: list[int] = []
         errors = 0
+        cpu = cpu_seconds(pid) if pid else 0.0
         for body in requests:
             t = time.perf_counter_ns()
             reply = await nc.request(subject, body, timeout=10)
@@ -307,6 +315,8 @@ async def _nats_reads(url: str, stream: str, seqs: list[int], times: list[int], 
             errors += b'"error"' in reply.data
         lat.sort()
         out[name] = {"n": len(requests), "errors": errors, "p50_ms": pct_ms(lat, 0.5), "p99_ms": pct_ms(lat, 0.99)}
+        if pid and requests:
+            out[name]["server_cpu_ms"] = round((cpu_seconds(pid) - cpu) / len(requests) * 1000, 3)
 
     get = f"$JS.API.STREAM.MSG.GET.{stream}"
     if seqs:
@@ -326,9 +336,10 @@ async def _nats_reads(url: str, stream: str, seqs: list[int], times: list[int], 
     return out
 
 
-def nats_reads(url: str, stream: str, seqs: list[int], times: list[int], subjects: list[str]) -> dict:
+def nats_reads(url: str, stream: str, seqs: list[int], times: list[int], subjects: list[str],
+               pid: int | None = None) -> dict:
     try:
-        return asyncio.run(_nats_reads(url, stream, seqs, times, subjects))
+        return asyncio.run(_nats_reads(url, stream, seqs, times, subjects, pid))
     except Exception as exc:  # noqa: BLE001 - a peer figure that cannot be measured is reported, not fatal
         return {"error": repr(exc)[:300]}
 
@@ -511,8 +522,9 @@ def scenario_subjects(args: argparse.Namespace, workdir: Path, kind: str) -> dic
         jl["disk_bytes"] = disk_bytes(warehouse)
         proc, port, jl["restart_s"] = restart_gateway(proc, {}, warehouse, workdir, f"subjects-{kind}", extra)
         jl["rss_after_restart_mb"] = rss_mb(proc.pid)
-        jl["last_by_subj"] = timed_gets(port, [f"/v1/streams/CAP/messages?last_by_subj={s}" for s in subjects])
-        jl["nats_door"] = nats_reads(f"nats://{HOST}:{nats_port}", "CAP", [], [], subjects)
+        paths = [f"/v1/streams/CAP/messages?last_by_subj={s}" for s in subjects]
+        jl["last_by_subj"] = timed_gets(port, paths, proc.pid)
+        jl["nats_door"] = nats_reads(f"nats://{HOST}:{nats_port}", "CAP", [], [], subjects, proc.pid)
         t0 = time.monotonic()
         status, info = http_call(port, "GET", "/v1/streams/CAP?subjects_filter=cap.*")
         jl["subjects_filter_page_s"] = round(time.monotonic() - t0, 3)
@@ -582,7 +594,7 @@ def _nats_subjects(args: argparse.Namespace, workdir: Path, total: int, kind: st
         # nats bench names its subjects <subject>.<n>, n zero-padded to the digits of --multisubjectmax
         most = total if kind == "distinct" else 1000
         names = [f"cap.{i % most:0{len(str(most))}d}" for i in picks]
-        out.update(nats_reads(f"nats://{HOST}:{port}", "CAP", [], [], names))
+        out.update(nats_reads(f"nats://{HOST}:{port}", "CAP", [], [], names, proc.pid))
         out["rss_after_reads_mb"] = rss_mb(proc.pid)
     finally:
         stop_process(proc, "nats-server")
