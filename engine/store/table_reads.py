@@ -81,6 +81,7 @@ class Window:
         self.table = table  # the decoded columns (an encrypted stream's: its values still sealed)
         self._ts = _int64s(table.column("ts"))  # microseconds
         self._lists: tuple[Any, ...] | None = None
+        self._arrays: tuple[Any, ...] | None = None  # the columns `_message` reads, each one chunk
         self.rows = table.num_rows
         self.nbytes = table.nbytes + 8 * self.rows
 
@@ -104,6 +105,14 @@ class Window:
             return None
         return self._message(i if self._order is None else int(self._order[i]), seq)
 
+    def _point_columns(self) -> tuple[Any, ...]:
+        """`_message`'s columns as arrays, made once per group (a chunked column's `[row]` searches its
+        chunks on every read); a column null in every row is None: its rows need no conversion."""
+        if self._arrays is None:
+            columns = (self.table.column(name) for name in ("subject", "msg_id", "headers", "data"))
+            self._arrays = tuple(None if c.null_count == len(c) else c.combine_chunks() for c in columns)
+        return self._arrays
+
     def _columns(self) -> tuple[Any, ...]:
         """The columns `_message` reads, as Python sequences (`list`)."""
         return tuple(self.table.column(name).to_pylist() for name in ("subject", "msg_id", "headers", "data"))
@@ -113,10 +122,7 @@ class Window:
             subjects, msg_ids, headers_, data_ = self._lists
             subject, msg_id, headers, data = subjects[row], msg_ids[row], headers_[row], data_[row]
         else:
-            columns = self.table.columns
-            names = self.table.column_names
-            subject, msg_id, headers, data = (columns[names.index(name)][row].as_py()
-                                              for name in ("subject", "msg_id", "headers", "data"))
+            subject, msg_id, headers, data = (None if column is None else column[row].as_py() for column in self._point_columns())
         ts = int(self._ts[row]) * 1000
         return StoredMessage(subject, seq, ts, data or b"", dict(headers) if headers else None, msg_id)
 
@@ -162,13 +168,15 @@ class _RowGroups:
         self._footers_bytes = 0
         self._lock = threading.Lock()
 
-    def find(self, path: str, seq: int) -> StoredMessage | None:
-        """The message `seq` of the file at `path`, from the row groups whose statistics may hold it."""
+    def find(self, path: str, seq: int) -> tuple[StoredMessage, tuple[int, int, Window]] | None:
+        """The message `seq` of the file at `path`, from the row groups whose statistics may hold it, with
+        the row group that held it and its sequence bounds."""
         bounds = self.bounds(path)
         for group in np.flatnonzero((bounds.lows <= seq) & (bounds.highs >= seq)).tolist():
-            msg = self.window(path, bounds, group).get(seq)
+            window = self.window(path, bounds, group)
+            msg = window.get(seq)
             if msg is not None:
-                return msg
+                return msg, (int(bounds.lows[group]), int(bounds.highs[group]), window)
         return None
 
     def window(self, path: str, bounds: FileBounds, group: int, listed: bool = False) -> Window:
@@ -341,6 +349,8 @@ class TableReads:
         self._stale = True
         self._windows: list[tuple[int, int, Window]] = []
         self._window_hint: tuple[int, int, Window] | None = None
+        self._point_hint: tuple[int, int, Window] | None = None  # the row group of the last point read
+        self._generation = 0  # forgets so far: a read that began before one does not leave a hint after it
         self._opener = opener
         self._subject_opener = subject_opener  # protected subjects: the index rows' subjects opened
         self._row_groups = _RowGroups(cache_bytes, table.filesystem, opener)
@@ -356,6 +366,8 @@ class TableReads:
             self._stale = True
             self._windows = []
             self._window_hint = None
+            self._point_hint = None
+            self._generation += 1
         self._row_groups.clear()
 
     # -- messages -----------------------------------------------------------------------------
@@ -363,7 +375,15 @@ class TableReads:
     def message(self, seq: int, subject_of: Callable[[], str]) -> StoredMessage | None:
         """One message by sequence: the files whose `seq` statistics hold it, then one row group. The
         subject's partition narrows the files only when they span several partitions, so `subject_of`
-        (which may read the index's detail of the block) is asked only then."""
+        (which may read the index's detail of the block) is asked only then. The row group that
+        answered the last point read is asked first: a KV bucket's reads of keys written one after
+        another land in the same group, and are answered without the file list and the footers."""
+        hint = self._point_hint
+        if hint is not None and hint[0] <= seq <= hint[1]:
+            msg = hint[2].get(seq)
+            if msg is not None:
+                return msg
+        generation = self._generation
         for attempt in range(2):
             files = self._file_map(refresh=attempt > 0)
             candidates = np.flatnonzero((files.min_seq <= seq) & (files.max_seq >= seq))
@@ -371,9 +391,12 @@ class TableReads:
                 candidates = candidates[files.partitions[candidates] == self.partition_of(subject_of())]
             try:
                 for i in candidates.tolist():
-                    msg = self._row_groups.find(self.table.file(unquote(files.paths[i])), seq)
-                    if msg is not None:
-                        return msg
+                    found = self._row_groups.find(self.table.file(unquote(files.paths[i])), seq)
+                    if found is not None:
+                        with self._files_lock:
+                            if generation == self._generation:
+                                self._point_hint = found[1]
+                        return found[0]
                 return None
             except FileNotFoundError:
                 self.forget()

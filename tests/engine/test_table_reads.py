@@ -21,7 +21,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from engine import EngineOptions, JetStream, ManualClock
+from engine import EngineOptions, JetStream, ManualClock, PubAck
 from engine.errors import JetStreamError
 from engine.messages import PlainBatch
 from engine.store.delta import DeltaStore
@@ -209,3 +209,35 @@ def test_a_kept_footer_never_serves_a_file_replaced_purged_or_erased(engine: lis
             js.get_message("R", seq)
     for seq in (1, 334, 4_999, 5_001, 8_998):
         _expect(js, "R", seq)
+
+
+def test_point_reads_through_the_last_row_group_are_exact_and_an_erase_drops_it(js: JetStream, clock: ManualClock) -> None:
+    """A KV bucket's gets of keys written one after another land in one row group: the group that answered
+    the last point read answers the next without the file list (table_reads.py `message`). Its rows
+    read exactly as the whole way reads them (headers and msg ids too), a sequence outside it goes the
+    whole way, and an erase drops it with every other decoded row."""
+    js.add_stream({"name": "K", "subjects": ["$KV.k.>"], "allow_direct": True})
+    expected: dict[int, tuple[str, bytes, dict[str, list[str]] | None]] = {}
+    for i in range(3000):
+        headers = {"Nats-Msg-Id": [f"id-{i}"], "X-Key": [str(i)]} if i % 5 == 0 else None
+        ack = js.publish_one(f"$KV.k.{i}", f"v-{i}".encode(), headers)
+        assert isinstance(ack, PubAck)
+        expected[ack.seq] = (f"$KV.k.{i}", f"v-{i}".encode(), headers)
+        clock.advance(1000)
+    js = reopen(js, clock)  # every read from the table
+    stream = js.stream("K")
+    store = stream.store
+    assert isinstance(store, DeltaStore)
+    rng = random.Random(7)
+    order = list(expected) + [rng.randrange(1, 3001) for _ in range(300)]
+    for i, seq in enumerate(order):
+        msg = stream.last_by_subject(expected[seq][0]) if i % 2 else js.get_message("K", seq)
+        assert (msg.seq, msg.subject, msg.data, msg.headers) == (seq, *expected[seq]), seq
+        assert msg.msg_id == (expected[seq][2] or {}).get("Nats-Msg-Id", [None])[0]
+    hint = store.reads._point_hint
+    assert hint is not None and hint[0] <= order[-1] <= hint[1]
+    js.delete_message("K", order[-1], erase=True)
+    assert store.reads._point_hint is None
+    with pytest.raises(JetStreamError):
+        js.get_message("K", order[-1])
+    js.close()
