@@ -575,7 +575,7 @@ class JetStream:
         if self.options.sync_always or not messages:
             return None
         subject = messages[0].subject
-        if any(m.subject != subject for m in messages) or not is_valid_publish_subject(subject):
+        if (len(messages) > 1 and any(m.subject != subject for m in messages)) or not is_valid_publish_subject(subject):
             return None
         entry = self._entry_for_subject(subject, open_=False)
         if entry is None or entry.stream is None or not entry.stream.lock.acquire(blocking=False):

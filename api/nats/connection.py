@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -100,6 +101,7 @@ class Connection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self.transport = transport  # type: ignore[assignment] # uvloop's transports are not asyncio.Transport subclasses
         transport.set_write_buffer_limits(high=4 * 1024 * 1024)
+        _no_delay(transport)
         info = self.server.info_for(self)
         if not self.server.register(self):
             transport.write(p.info_line(info) + p.err(p.MAX_CONNECTIONS))
@@ -567,6 +569,16 @@ class Connection(asyncio.Protocol):
         self.protocol = int(opts.get("protocol", 0))
         if self.verbose:
             self.send(p.OK)
+
+
+def _no_delay(transport: asyncio.BaseTransport) -> None:
+    """No Nagle on the socket, as nats-server's (Go sets TCP_NODELAY on every TCP connection): a reply
+    (a PubAck, a KV get's message) goes out in the write that answers its read, not after the client's
+    delayed ack of the bytes before it. uvloop and asyncio set it too; it is set here so that the door
+    does not depend on that."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def _size(text: bytes) -> int:

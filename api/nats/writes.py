@@ -124,7 +124,7 @@ class Writes:
                 conn.pause_reading()
             return
         items, queue.items = queue.items, []
-        runs = _runs(items)
+        runs = [items] if len(items) == 1 else _runs(items)  # one write (a sync publisher's): its own run
         done = 0
         for run in runs:
             if not self._apply_now(run):
