@@ -629,9 +629,10 @@ class MessageIndex:
     def is_live(self, seq: int) -> bool:
         if not self.may_be_live(seq):
             return False
-        seqs = self._detail(self._block(seq)).view()[0]
-        i = int(seqs.searchsorted(seq))  # the method: no numpy dispatch wrapper per read
-        return i < len(seqs) and int(seqs[i]) == seq
+        detail = self._detail(self._block(seq))
+        n = detail.n
+        i = int(detail.seqs[:n].searchsorted(seq))  # the method: no numpy dispatch wrapper per read
+        return i < n and int(detail.seqs[i]) == seq
 
     def _row(self, seq: int) -> tuple[int, int, int] | None:
         """(subject id, size, ts) of a stored row, live or not."""
