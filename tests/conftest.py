@@ -9,9 +9,15 @@ from pyspark.sql import SparkSession
 
 from engine import EngineOptions, JetStream, ManualClock
 from jobs.spark import spark_session
+from tests import cpu_profile
 from tests.gateway import Gateway
 from tests.groups import ENV, SHORT_JVM, keep_group
 from tests.s3 import S3Server, versitygw_binary
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """With $JETLAKE_TEST_CPU=path, each test's CPU (its processes' too) is written there (tests/cpu_profile.py)."""
+    cpu_profile.register(config)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
