@@ -47,6 +47,7 @@ from engine.info import rfc3339, state_json
 from engine.keys import Keyring, MasterKey
 from engine.kv import KeyValueStores
 from engine.objects import ObjectStores
+from engine.backpressure import DEFAULT_MAX_PENDING_BYTES, Backpressure
 from engine.store.backlog import DEFAULT_MAX_LOG_BYTES, DEFAULT_MAX_TOTAL_BYTES, Backlog
 from engine.store import failpoints
 from engine.store.base import StoredMessage
@@ -79,6 +80,7 @@ class EngineOptions:
     account: str = "default"
     max_unflushed_bytes: int = DEFAULT_MAX_LOG_BYTES  # per log: each stream's, the ack log
     max_unflushed_total: int = DEFAULT_MAX_TOTAL_BYTES  # every log of the gateway together
+    max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES  # a stream's uncommitted messages in memory: publishers wait
     limits: AccountLimits = UNLIMITED_LIMITS
     key: MasterKey | None = field(default=None, repr=False)  # encryption at rest (engine/encryption.py)
     prev_key: MasterKey | None = field(default=None, repr=False)  # nats-server's prev_key: re-wraps the keyring
@@ -121,6 +123,7 @@ class JetStream:
         self.claim_stream: Callable[[str], Lease] | None = None
         self.release_stream: Callable[[str], None] | None = None
         self.flusher = Flusher(self.streams, self.consumers, self.factory.reload, self.options.flush_interval)
+        self.backpressure = Backpressure(self.options.max_pending_bytes)
         self.notify: Callable[[str], None] | None = None
         self.opened = False
         self.deposed: str | None = None
@@ -549,10 +552,12 @@ class JetStream:
             group[2].append(msg)
         if len(groups) == 1 and all(r is None for r in results):
             entry, _, msgs = next(iter(groups.values()))
+            self._admit(entry)
             out = entry.commit.submit(msgs)
             self._maybe_wake_flusher(entry)
             return out
         for entry, positions, msgs in groups.values():
+            self._admit(entry)
             for pos, result in zip(positions, entry.commit.submit(msgs), strict=True):
                 results[pos] = result
             self._maybe_wake_flusher(entry)
@@ -564,8 +569,18 @@ class JetStream:
 
     def _maybe_wake_flusher(self, entry: CatalogEntry) -> None:
         self._notify(entry.stream.name)
-        if entry.stream.store.pending_bytes() >= self.options.flush_bytes:
+        if entry.stream.store.pending_bytes() >= min(self.options.flush_bytes, self.backpressure.wake_bytes):
             self.flusher.wake()
+
+    def _admit(self, entry: CatalogEntry) -> None:
+        """Before a publish: waits while the stream holds its bound of uncommitted messages in memory."""
+        self.backpressure.admit(entry.stream, self._flushing, self.flusher.wake)
+
+    def _flushing(self, stream: Stream) -> bool:
+        """The flusher runs and the stream's commits succeed: a wait for them ends (see Backpressure)."""
+        health = self.flusher.health.get(stream.name)
+        return self.flusher.running and stream.failure is None and stream.unavailable is None and (
+            health is None or not health.consecutive_failures)
 
     def publish_nowait(self, messages: list[InboundMessage]) -> list[PublishResult] | None:
         """Publishes at once if that needs no waiting: one stream, its lock free, no fsync to wait for.
@@ -578,8 +593,10 @@ class JetStream:
         if (len(messages) > 1 and any(m.subject != subject for m in messages)) or not is_valid_publish_subject(subject):
             return None
         entry = self._entry_for_subject(subject, open_=False)
-        if entry is None or entry.stream is None or not entry.stream.lock.acquire(blocking=False):
-            return None  # none, not opened yet (opening waits on the disk) or busy
+        if entry is None or entry.stream is None or self.backpressure.over(entry.stream):
+            return None  # none, not opened yet (opening waits on the disk), or publishers must wait
+        if not entry.stream.lock.acquire(blocking=False):
+            return None  # busy
         try:
             results = entry.stream.process([messages])[0]
         finally:
@@ -597,6 +614,7 @@ class JetStream:
         entry = self._plain_entry(batch)
         if entry is None:
             return self.publish(batch.messages())
+        self._admit(entry)
         out: PublishAnswer = entry.commit.submit(batch)  # type: ignore[arg-type, assignment]
         self._maybe_wake_flusher(entry)
         return out
@@ -606,7 +624,9 @@ class JetStream:
         if self.options.sync_always:
             return None
         entry = self._plain_entry(batch, open_=False)
-        if entry is None or entry.stream is None or not entry.stream.lock.acquire(blocking=False):
+        if entry is None or entry.stream is None or self.backpressure.over(entry.stream):
+            return None
+        if not entry.stream.lock.acquire(blocking=False):
             return None
         try:
             out = entry.stream.process([batch])[0]

@@ -12,6 +12,7 @@ by the `seq` statistics of the Delta log, then read one row group. The only modu
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,6 +203,8 @@ class DeltaStore:
         self._tombstone_view = tombstones  # the account's tombstones read once (engine start); dropped after use
         self._pending_removals: list[tuple[int, Removal]] = []
         self._unflushed_bytes = 0
+        self._committing_bytes = 0  # the bytes of the sealed job under commit: still in memory
+        self._drained = threading.Condition()  # notified when a commit lets go of its bytes
         self._oldest_unflushed: float | None = None
         self.commits = 0
 
@@ -256,6 +259,20 @@ class DeltaStore:
     def pending_bytes(self) -> int:
         return self._unflushed_bytes
 
+    def held_bytes(self) -> int:
+        """Messages in memory not yet in the table: those waiting in the log and those under commit."""
+        return self._unflushed_bytes + self._committing_bytes
+
+    def wait_drained(self, timeout: float) -> None:
+        """Returns once a commit has finished or failed, or after `timeout` seconds."""
+        with self._drained:
+            self._drained.wait(timeout)
+
+    def _release(self) -> None:
+        with self._drained:
+            self._committing_bytes = 0
+            self._drained.notify_all()
+
     def log_bytes(self) -> int:
         """Bytes of the stream's log not yet removed: what a restart would read."""
         return self.wal.size
@@ -307,6 +324,7 @@ class DeltaStore:
         if self._snapshot_due():
             job.snapshot = self._capture(index, last_msg_seq, dedup)
         self._pending_removals = []
+        self._committing_bytes += self._unflushed_bytes
         self._unflushed_bytes = 0
         self._oldest_unflushed = None
         return job
@@ -441,6 +459,7 @@ class DeltaStore:
             self._unflushed_bytes += max(job.messages.nbytes, 1)
         if job.since is not None:
             self._oldest_unflushed = min(job.since, self._oldest_unflushed or job.since)
+        self._release()
 
     def finish(self, job: FlushJob, index: MessageIndex) -> None:
         """After a commit: the buffered messages become a cache, the index may evict their details, and
@@ -449,6 +468,7 @@ class DeltaStore:
         self.buffer.mark_flushed(job.buffered_upto)
         index.mark_flushed(job.buffered_upto)
         self.reads.changed()
+        self._release()
         self.wal.remove(job.segments)
 
     def shed_caches(self, index: MessageIndex) -> int:
