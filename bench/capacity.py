@@ -422,7 +422,7 @@ def scenario_messages(args: argparse.Namespace, workdir: Path) -> dict:
         stop_process(proc, "gateway")
     out["jetlake"] = jl
     if not args.skip_nats:
-        out["nats"] = _nats_messages(args, workdir, total, seqs, times)
+        out["nats"] = _nats_messages(args, workdir, total, seqs, times, (t_first, t_last))
     out["ratios"] = {
         "rss_after_restart": ratio(jl.get("rss_after_restart_mb"), out.get("nats", {}).get("rss_after_restart_mb")),
         "restart_s": ratio(jl.get("restart_s"), out.get("nats", {}).get("restart_s")),
@@ -470,7 +470,8 @@ def _retention_halves(port: int, warehouse: Path, total: int) -> dict:
             "job": figures[-1] if figures else run.stderr[-500:]}
 
 
-def _nats_messages(args: argparse.Namespace, workdir: Path, total: int, seqs: list[int], times: list[int]) -> dict:
+def _nats_messages(args: argparse.Namespace, workdir: Path, total: int, seqs: list[int], times: list[int],
+                   jl_span: tuple[int, int]) -> dict:
     store = workdir / "nats-messages"
     proc, port = start_nats(find_nats_server(), store, workdir / "nats-messages.log")
     url = f"nats://{HOST}:{port}"
@@ -490,11 +491,44 @@ def _nats_messages(args: argparse.Namespace, workdir: Path, total: int, seqs: li
         out["disk_bytes"] = disk_bytes(store)
         proc, port, out["restart_s"], out["state"] = nats_restart(proc, store, workdir, "CAP")
         out["rss_after_restart_mb"] = rss_mb(proc.pid)
-        out.update(nats_reads(f"nats://{HOST}:{port}", "CAP", seqs, times, []))
+        out.update(nats_reads(f"nats://{HOST}:{port}", "CAP", seqs, _onto_span(times, jl_span, _nats_span(port, total)), []))
         out["rss_after_reads_mb"] = rss_mb(proc.pid)
     finally:
         stop_process(proc, "nats-server")
     return out
+
+
+def _nats_span(port: int, total: int) -> tuple[int, int] | None:
+    """The times of nats-server's first and last message (ns): its load ran after JetLake's, so JetLake's
+    times fall before all of its messages and every read by time would answer the first one."""
+    async def span() -> tuple[int, int]:
+        import nats
+
+        nc = await nats.connect(f"nats://{HOST}:{port}")
+        try:
+            ends = []
+            for seq in (1, total):
+                reply = await nc.request("$JS.API.STREAM.MSG.GET.CAP", json.dumps({"seq": seq}).encode(), timeout=10)
+                ends.append(_parse_time(json.loads(reply.data)["message"]["time"]))
+            return ends[0], ends[1]
+        finally:
+            await nc.close()
+
+    try:
+        return asyncio.run(span())
+    except Exception as exc:  # noqa: BLE001 - reads by time then use JetLake's times, and say so
+        log(f"nats-server's first and last message times not read: {exc!r}")
+        return None
+
+
+def _onto_span(times: list[int], jl_span: tuple[int, int], span: tuple[int, int] | None) -> list[int]:
+    """JetLake's random times (within `jl_span`) moved onto nats-server's span, each at the same fraction."""
+    if span is None or not times:
+        return times
+    lo, hi = jl_span
+    if hi == lo:
+        return [span[0]] * len(times)
+    return [span[0] + (t - lo) * (span[1] - span[0]) // (hi - lo) for t in times]
 
 
 def scenario_subjects(args: argparse.Namespace, workdir: Path, kind: str) -> dict:
