@@ -92,6 +92,7 @@ def test_failing_commits_bound_the_backlog_and_are_reported(warehouse: Path) -> 
                 assert _metric(metrics, f'jetlake_stream_unflushed_age_seconds{{stream="{STREAM}"}}') > 0
                 assert _metric(metrics, f'jetlake_stream_flush_consecutive_failures{{stream="{STREAM}"}}') >= 1
                 assert _metric(metrics, "jetlake_flush_failing_tables") >= 1
+                assert _metric(metrics, "jetlake_publish_waits_total") == 0  # failing commits: refused, not waited on
                 assert _metric(metrics, "jetlake_log_bytes") >= 64 * KIB
 
                 with commit_lease(Layout(warehouse).lease_file(Layout(warehouse).stream_table("OTHER")), timeout=10):
