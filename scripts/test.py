@@ -10,20 +10,14 @@ exit 5) counts as passed. `JETLAKE_TEST_GROUPS=spark,rest` runs only those group
 The JVMs the tests start live seconds (each `jetlake jobs run`, Spark's launcher, a standalone
 cluster): they run with JIT tier 1 and the serial collector (`JAVA_TOOL_OPTIONS`, unless set), which
 start them about 30 % cheaper on two cores; the run's own Spark session, which lives the whole run,
-is started without them (tests/conftest.py). They also map the classes Spark loads from a class-data
-archive (JDK CDS, `-XX:SharedArchiveFile`), which takes another ~40 % off each start: it is dumped
-once by a job run on a small warehouse (about 30 s of CPU) and kept in the virtualenv (`.venv/jvm-cds/`), named for
-the JDK and pyspark, so later runs reuse it; a JVM whose class path does not match it loads as before.
+is started without them (tests/conftest.py).
 `JETLAKE_TEST_CPU=cpu.json` records each test's CPU, its processes' included, in one file per group
 (cpu-spark.json, …; tests/cpu_profile.py).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -44,12 +38,7 @@ def main(args: list[str]) -> int:
     groups = [g for g in os.environ.get("JETLAKE_TEST_GROUPS", ",".join(GROUPS)).split(",") if g]
     scratch = Path(tempfile.mkdtemp(prefix="jetlake-tests-"))
     started = time.monotonic()
-    short_jvm = SHORT_JVM_OPTIONS
-    if "JAVA_TOOL_OPTIONS" not in os.environ and {"spark", "jobs", "servers"} & set(groups):
-        archive = _class_archive(scratch)
-        if archive:
-            short_jvm += f" -XX:SharedArchiveFile={archive}"
-    running = {group: _start(group, args, scratch, short_jvm) for group in groups}
+    running = {group: _start(group, args, scratch) for group in groups}
     print(f"test: {len(running)} groups in parallel ({', '.join(running)}); logs in {scratch}", flush=True)
     failed: list[tuple[str, int]] = []
     while running:
@@ -71,69 +60,17 @@ def main(args: list[str]) -> int:
     return failed[0][1] if failed else 0
 
 
-def _start(group: str, args: list[str], scratch: Path, short_jvm: str) -> tuple[subprocess.Popen[bytes], Path]:
+def _start(group: str, args: list[str], scratch: Path) -> tuple[subprocess.Popen[bytes], Path]:
     log = scratch / f"{group}.log"
     env = {**os.environ, ENV: group, "PYTHONPATH": _pythonpath()}
     if env.get(CPU_PROFILE):  # one file per group: cpu.json -> cpu-spark.json, …
         profile = Path(env[CPU_PROFILE])
         env[CPU_PROFILE] = str(profile.with_name(f"{profile.stem}-{group}{profile.suffix}"))
     if "JAVA_TOOL_OPTIONS" not in env:
-        env["JAVA_TOOL_OPTIONS"] = env[SHORT_JVM] = short_jvm
+        env["JAVA_TOOL_OPTIONS"] = env[SHORT_JVM] = SHORT_JVM_OPTIONS
     command = [sys.executable, "-m", "pytest", "-q", f"--durations={SLOWEST}", f"--basetemp={scratch / group}", *args]
     with log.open("wb") as out:
         return subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT), log
-
-
-def _class_archive(scratch: Path) -> Path | None:
-    """The short JVMs' class-data archive (.venv/jvm-cds/), dumped first if missing: the classes a
-    `jetlake jobs run` loads up to its Spark session and first job. None if it cannot be made."""
-    java = shutil.which("java", path=os.path.join(os.environ.get("JAVA_HOME", ""), "bin") + os.pathsep + os.environ.get("PATH", ""))
-    try:
-        import pyspark
-    except ImportError:
-        return None
-    if java is None:
-        return None
-    java = os.path.realpath(java)
-    key = hashlib.sha256(f"{java} {os.stat(java).st_mtime_ns} {pyspark.__version__} {pyspark.__file__}".encode()).hexdigest()[:16]
-    archive = Path(sys.prefix) / "jvm-cds" / f"spark-{key}.jsa"  # in the virtualenv
-    if archive.exists():
-        return archive
-    archive.parent.mkdir(parents=True, exist_ok=True)
-    dumped, warehouse = scratch / "classes.jsa", scratch / "cds-warehouse"
-    warehouse.mkdir()
-    env = {**os.environ, "PYTHONPATH": _pythonpath(), "JAVA_TOOL_OPTIONS": f"{SHORT_JVM_OPTIONS} -XX:ArchiveClassesAtExit={dumped}",
-           "SPARK_LAUNCHER_OPTS": f"-XX:ArchiveClassesAtExit={scratch / 'launcher.jsa'}"}  # Spark's launcher JVM dumps apart
-    print("test: dumping the short JVMs' class archive (once, kept in .venv/jvm-cds/)", flush=True)
-    command = [str(Path(sys.executable).parent / "jetlake"), "jobs", "run", "retention", "--warehouse", str(warehouse)]
-    try:
-        # pyspark leaves its JVM to exit after the Python process, and the JVM dumps as it exits: wait
-        # for the whole process group
-        job = subprocess.Popen(command, env=env, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        code = job.wait(timeout=600)
-        deadline = time.monotonic() + 600
-        while _group_alive(job.pid) and time.monotonic() < deadline:
-            time.sleep(0.5)
-    except (OSError, subprocess.SubprocessError) as exc:
-        print(f"test: no class archive ({exc}); the JVMs start without it", flush=True)
-        return None
-    finally:
-        if "job" in locals() and _group_alive(job.pid):
-            os.killpg(job.pid, signal.SIGKILL)
-    if code != 0 or not dumped.exists():
-        print("test: no class archive (the dump failed); the JVMs start without it", flush=True)
-        return None
-    os.replace(dumped, archive)  # atomic: a run beside this one sees a whole archive or none
-    return archive
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def _pythonpath() -> str:
