@@ -67,9 +67,13 @@ async def _script(url: str) -> list[Any]:
         await receive()  # the nak'd message again, once its delay ran out
         await pull({"batch": 2, "expires": 500 * MS, "idle_heartbeat": 200 * MS})
         await receive()  # a heartbeat
-        for _ in range(5):
-            msg = await receive()
-            if (msg.headers or {}).get("Status") == "408":
+        for _ in range(5):  # then the 408; how many more heartbeats fit before it is the scheduler's doing
+            msg = await sub.next_msg(timeout=5)
+            status = (msg.headers or {}).get("Status")
+            if status == "100":
+                continue
+            out.append(_seen(msg))
+            if status == "408":
                 break
         info = await api("$JS.API.CONSUMER.INFO.S.C", {})
         out.append(("info", info["num_ack_pending"], info["num_redelivered"], info["delivered"]["consumer_seq"],
