@@ -26,7 +26,6 @@ import orjson
 
 from engine import errors
 from engine.accounts import limits as account_limits
-from engine.catalog_store import CatalogStore
 from engine.clock import Clock
 from engine.ack_events import NAK, AckEvent, AckEvents
 from engine.consumer import Consumer, Delivery
@@ -73,7 +72,9 @@ class Consumers:
         self._histories: dict[str, ConsumerHistory] | None = None
         # stream -> its consumers' names, each with whether it acts unasked (from the catalog copy)
         self._unrestored: dict[str, dict[str, bool]] = {}
-        self.catalog: CatalogStore | None = None  # marks each change of a config file (engine/catalog_store.py)
+        # The catalog's mark for a change of a stream's consumer files (engine/catalog_upkeep.py `changing`);
+        # nothing with several gateways, where the account keeps no catalog copy.
+        self.changing: Callable[[str], AbstractContextManager[None]] = lambda _stream: nullcontext()
         self.notify: Callable[[str], None] | None = None
         self.limits = account_limits.UNLIMITED_LIMITS  # the account's JetStream limits, set by the engine
         # Called (stream, consumer, stream seq, deliveries) when a message reaches max_deliver, under the
@@ -226,7 +227,7 @@ class Consumers:
         consumer.deleted = True
         del stream.consumers[consumer.name]
         if stream.config.storage == "file":
-            with self._changing(stream.name):
+            with self.changing(stream.name):
                 self.layout.objects.delete(self._config_key(stream.name, consumer.name))
         self.acks_of(stream).forget(consumer.consumer_id)
         self._sweep(stream)
@@ -289,12 +290,8 @@ class Consumers:
             "ephemeral": consumer.ephemeral,
             "start": consumer.snapshot(),
         }
-        with self._changing(consumer.stream.name):
+        with self.changing(consumer.stream.name):
             self.layout.objects.put(self._config_key(consumer.stream.name, consumer.name), orjson.dumps(record))
-
-    def _changing(self, stream: str) -> AbstractContextManager[None]:
-        """The catalog's mark for a change of a stream's consumer files (nothing in scoped mode)."""
-        return self.catalog.changing(stream) if self.catalog is not None else nullcontext()
 
     def _config_keys(self, under: str | None = None) -> dict[str, list[str]]:
         """Every consumer config of the account (or `under` one stream's folder) by its stream's folder key,

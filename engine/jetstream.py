@@ -117,8 +117,8 @@ class JetStream:
                                      sync_always=self.options.sync_always, cache_bytes=self.options.cache_bytes,
                                      max_payload=self.options.max_payload)
         self.consumers.scoped = self.options.cluster
-        self.consumers.catalog = None if self.options.cluster else self.catalog
         self.catalog_upkeep = CatalogUpkeep(self.catalog, self.consumers, self._entries, not self.options.cluster)
+        self.consumers.changing = self.catalog_upkeep.changing
         # Several gateways (engine/cluster/service.py): a stream's lease is taken to make it, released to delete it
         self.claim_stream: Callable[[str], Lease] | None = None
         self.release_stream: Callable[[str], None] | None = None
