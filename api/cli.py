@@ -43,6 +43,7 @@ from engine.encryption import master_keys
 from engine.keys import KeyringError
 from engine.jetstream import DEFAULT_FLUSH_BYTES, DEFAULT_FLUSH_INTERVAL
 from engine.backpressure import DEFAULT_MAX_PENDING_BYTES
+from engine.store.delta import DEFAULT_CACHE_BYTES
 from engine.store.backlog import DEFAULT_MAX_LOG_BYTES, DEFAULT_MAX_TOTAL_BYTES
 from engine.store.layout import DEFAULT_ACCOUNT
 from engine.store.lease import OwnerLockedError
@@ -129,6 +130,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_unflushed_bytes=args.max_unflushed_bytes,
         max_unflushed_total=args.max_unflushed_total,
         max_pending_bytes=args.max_pending_bytes,
+        cache_bytes=args.cache_bytes,
         wal_dir=args.wal_dir,
         wal=args.wal,
         takeover_wait=args.takeover_wait,
@@ -601,6 +603,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-pending-bytes", type=_positive_int, default=DEFAULT_MAX_PENDING_BYTES,
                        help="bound of each stream's messages held in memory until their commit; past it publishes "
                             "wait for the commit under way (the flusher is woken at half of it)")
+    serve.add_argument("--cache-bytes", type=_positive_int, default=DEFAULT_CACHE_BYTES,
+                       help="bound of each stream's copies of recently committed messages (and half of it for its "
+                            "index's row details); they go once a write load ends")
     serve.add_argument("--max-payload", type=int, default=DEFAULT_MAX_PAYLOAD, help="largest message (headers + data)")
     serve.add_argument("--max-body", type=int, default=64 * 1024 * 1024, help="largest request body; larger is 413")
     serve.add_argument("--log-level", default="info", choices=LOG_LEVELS)

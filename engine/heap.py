@@ -5,7 +5,8 @@ Arrow's jemalloc pool (engine/store/rows.py picks it: decoded row groups, publis
 reference cycles, Python's cyclic collector, which the gateway runs rarely. This module is the one place
 that tunes or calls them:
 - `collect_rarely` (once the gateway has started) freezes what it holds and raises the thresholds;
-- `keep_freed_memory` (at startup) lets glibc keep up to 256 MiB of freed memory, so a megabyte request
+- `keep_freed_memory` (at startup) lets glibc keep up to 64 MiB of freed memory in at most two arenas
+  (a heap per thread of the pool left each its own free pages), so a megabyte request
   body allocated and freed many times a second is not handed back and faulted in page by page; and
   keeps numpy's arrays off transparent huge pages (numpy asks for them on every array of 4 MB and
   more; where the kernel grants them only on request, as here, the heap ranges such arrays leave were
@@ -15,7 +16,8 @@ that tunes or calls them:
 - `settle` (the flusher, once a write load ends) collects cycles first, then releases.
 nats-server's counterpart is Go's garbage collector and scavenger, which return memory on their own.
 Where the C library is not glibc (musl, macOS) the glibc calls do nothing. delta-rs's Rust code links
-its own jemalloc into its module (configured only by `_RJEM_MALLOC_CONF` before the module loads).
+its own jemalloc into its module, configured only by `_RJEM_MALLOC_CONF` before the module loads: this
+module sets it on import (engine/__init__.py imports it first), unless the environment already does.
 """
 
 from __future__ import annotations
@@ -32,9 +34,15 @@ from typing import Any
 import pyarrow as pa
 from numpy._core import multiarray as np_multiarray
 
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters
-KEEP_FREED_BYTES = 256 * 1024 * 1024
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8  # glibc mallopt parameters
+KEEP_FREED_BYTES = 64 * 1024 * 1024
 MMAP_THRESHOLD_BYTES = 64 * 1024 * 1024
+ARENA_MAX = 2
+# delta-rs's jemalloc hands a commit's freed pages back at once rather than over its 10 s decay: the
+# commit runs on the flusher's thread, where the madvise costs the publishers nothing, and the RSS after a
+# flush no longer carries the commit's peak (20-40 MB for a flush of a million subjects).
+RUST_JEMALLOC_CONF = "dirty_decay_ms:0,muzzy_decay_ms:0"
+os.environ.setdefault("_RJEM_MALLOC_CONF", RUST_JEMALLOC_CONF)  # read when deltalake's module first allocates
 
 
 def _load_libc() -> Any:
@@ -55,7 +63,7 @@ _released_at = -math.inf  # monotonic time of the last release
 def keep_freed_memory() -> bool:
     """Request bodies of a megabyte, allocated and freed many times a second: glibc would hand each back
     to the kernel (munmap, heap trim) and fault it in again page by page, which costs a third of the
-    gateway's CPU on a VM. Keeps up to 256 MiB of freed memory for reuse (`release` still hands it back
+    gateway's CPU on a VM. Keeps up to 64 MiB of freed memory for reuse (`release` still hands it back
     when the flusher asks); numpy's arrays stay on small pages
     (NUMPY_MADVISE_HUGEPAGE=1 overrides). MALLOC_* variables override glibc's part. True if the glibc
     policy was applied."""
@@ -65,6 +73,7 @@ def keep_freed_memory() -> bool:
         return False
     _LIBC.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
     _LIBC.mallopt(_M_TRIM_THRESHOLD, KEEP_FREED_BYTES)
+    _LIBC.mallopt(_M_ARENA_MAX, ARENA_MAX)
     return True
 
 
@@ -89,6 +98,23 @@ def release(every: float = 0.0) -> bool:
     if _LIBC is not None:
         _LIBC.malloc_trim(0)
     return True
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def stats() -> dict[str, int]:
+    """What each allocator holds, in bytes, for /metrics: glibc's heaps (in use, free but kept, mmapped)
+    across its arenas and Arrow's pool. RSS minus these is the mapped code, Python's small-object arenas
+    and what delta-rs's own allocator holds."""
+    out = {"arrow_allocated": pa.total_allocated_bytes()}
+    if _LIBC is not None and hasattr(_LIBC, "mallinfo2"):
+        _LIBC.mallinfo2.restype = _MallInfo2
+        info = _LIBC.mallinfo2()
+        out.update(glibc_in_use=info.uordblks + info.hblkhd, glibc_free=info.fordblks, glibc_mmapped=info.hblkhd)
+    return out
 
 
 def settle() -> int:

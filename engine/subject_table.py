@@ -24,7 +24,7 @@ from engine.subjects import FWC, filter_regex, is_literal
 
 _EMPTY = np.uint64(0)
 _GONE = np.uint64(1)  # a forgotten subject's slot: lookups probe past it
-_FRONT = 65536  # ids of recently used subjects kept in a plain dict
+_FRONT = 16384  # ids of recently used subjects kept in a plain dict (~120 B each)
 _MIN_SLOTS = 64
 
 

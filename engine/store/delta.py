@@ -58,7 +58,7 @@ FENCE_APP_ID = "owner-token"  # the stream lease token of the last commit (sever
 log = logging.getLogger(__name__)
 
 KIND_REMOVE = 2
-DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
+DEFAULT_CACHE_BYTES = 32 * 1024 * 1024  # per stream; `jetlake serve --cache-bytes`
 ROW_GROUP_ROWS = 1024  # small row groups: a read by sequence decodes 1,024 rows (~0.3 ms), not a whole file
 ROW_GROUP_BYTES = 8 * 1024 * 1024  # and few enough bytes that a read of a large message stays small
 REBUILD_WINDOW = 1 << 20  # sequences read at a time when the index is rebuilt from the table

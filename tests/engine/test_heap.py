@@ -11,15 +11,20 @@ from __future__ import annotations
 
 import ast
 import gc
+import os
+import subprocess
+import sys
 import time
 import weakref
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
-from engine import JetStream, ManualClock, heap
+from api.cli import build_parser
+from engine import EngineOptions, JetStream, ManualClock, heap
 from engine import flusher as flusher_module
 from engine.errors import NoMessageFoundError
 from engine.store.delta import DeltaStore
@@ -56,6 +61,68 @@ def test_malloc_variables_override_the_policy(monkeypatch: pytest.MonkeyPatch) -
     assert heap.keep_freed_memory() is False
     monkeypatch.delenv("MALLOC_ARENA_MAX")
     assert heap.keep_freed_memory() is (heap._LIBC is not None)
+
+
+_RUST_CONF_WHEN_DELTALAKE_LOADS = """
+import os, sys
+seen = []
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "deltalake":
+            seen.append(os.environ.get("_RJEM_MALLOC_CONF"))
+        return None
+sys.meta_path.insert(0, Watch())
+import engine
+print(seen[0] if seen else "deltalake not loaded")
+"""
+
+
+@pytest.mark.parametrize("preset", [None, "dirty_decay_ms:5000"])
+def test_delta_rs_allocator_is_configured_before_deltalake_loads(preset: str | None) -> None:
+    """delta-rs's jemalloc reads `_RJEM_MALLOC_CONF` once, when its module first allocates: the engine
+    sets it before anything imports deltalake (unless the environment already does)."""
+    env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    if preset is not None:
+        env["_RJEM_MALLOC_CONF"] = preset
+    env["PYTHONPATH"] = str(ROOT)
+    out = subprocess.run([sys.executable, "-c", _RUST_CONF_WHEN_DELTALAKE_LOADS], env=env, cwd=ROOT,
+                         capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == (preset or heap.RUST_JEMALLOC_CONF)
+
+
+def test_stats_count_what_glibc_and_arrow_hold() -> None:
+    before = heap.stats()
+    block = np.ones(16 * 1024 * 1024, np.uint8)  # 16 MiB from glibc (numpy's allocator)
+    column = pc.add(pa.array(np.arange(2_000_000, dtype=np.int64)), 1)  # 16 MB from Arrow's pool (the sum)
+    during = heap.stats()
+    assert during["arrow_allocated"] - before["arrow_allocated"] >= 16_000_000
+    if heap._LIBC is not None and hasattr(heap._LIBC, "mallinfo2"):
+        assert during["glibc_in_use"] - before["glibc_in_use"] >= block.nbytes
+        del block
+        assert heap.stats()["glibc_in_use"] < during["glibc_in_use"] - 15 * 1024 * 1024
+    assert column[1_999_999].as_py() == 2_000_000
+
+
+def test_cache_bytes_bound_each_streams_copies(tmp_path: Path, clock: ManualClock) -> None:
+    """`jetlake serve --cache-bytes` (default DEFAULT_CACHE_BYTES) bounds the recent-message buffer of
+    each stream, and its index's cached block details at half of it."""
+    parsed = build_parser().parse_args(["serve", "--cache-bytes", "4096000"])
+    assert build_parser().parse_args(["serve"]).cache_bytes == EngineOptions().cache_bytes
+    engine = JetStream(tmp_path / "wh", EngineOptions(cache_bytes=parsed.cache_bytes), clock=clock)
+    engine.open(start_flusher=False)
+    try:
+        engine.add_stream({"name": "S", "subjects": ["s.>"]})
+        for i in range(20_000):
+            engine.publish_one(f"s.k{i}", b"x" * 400)
+        engine.flush()
+        stream = engine.stream("S")
+        store = stream.store
+        assert isinstance(store, DeltaStore)
+        assert 0 < store.buffer.nbytes <= 4_096_000
+        assert stream.index.cache_bytes == 2_048_000
+        assert [stream.get(seq).data for seq in (1, 20_000)] == [b"x" * 400] * 2
+    finally:
+        engine.close()
 
 
 def test_numpy_arrays_stay_off_transparent_huge_pages_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:

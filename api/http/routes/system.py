@@ -17,7 +17,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.http import deps
 from api.http.responses import json_response
-from engine import JetStream
+from engine import JetStream, heap
 from engine.errors import ErrorCode
 from engine.flusher import FlushResult
 from engine.jetstream import API_LEVEL
@@ -200,6 +200,8 @@ def _flush_lines(engines: list[JetStream]) -> list[str]:
         f"jetlake_log_bytes_limit {backlog.max_total_bytes if backlog else 0}",
         "# TYPE jetlake_ack_log_bytes gauge",
         f"jetlake_ack_log_bytes {sum(a.log_bytes() for engine in engines for a in engine.consumers.ack_stores())}",
+        *(line for name, value in heap.stats().items()
+          for line in (f"# TYPE jetlake_heap_{name}_bytes gauge", f"jetlake_heap_{name}_bytes {value}")),
         "# TYPE jetlake_writes_accepted gauge",
         f"jetlake_writes_accepted {int(all(engine.write_refusal() is None for engine in engines))}",
     ]
