@@ -3,9 +3,10 @@
 A stream of a million distinct subjects (`orders.<id>`, `$KV.<bucket>.<key>`) must not cost a Python
 object per subject: a dict of a million strings is ~140 MB here, more than nats-server's whole
 process for the same stream. Names live in one byte arena (an offset per subject), the name -> id map
-is an open-addressing table of 64-bit xxh3 hashes (verified against the arena on a hit), and each
-subject's `SimpleState` (msgs, first, last) is three int64 columns indexed by id: about 60 bytes a
-subject plus its name. A small dict in front keeps the ids of recently used subjects, so a stream of
+is an open-addressing table of ids (int32, at most half full) probed by each id's 64-bit xxh3 hash
+(kept per id, verified against the arena on a hit), and each subject's `SimpleState` (msgs, first,
+last) is three int64 columns indexed by id: about 56 bytes a subject plus its name (measured: 66 MB
+for a million `cap.k<n>` subjects). A small dict in front keeps the ids of recently used subjects, so a stream of
 a few hot subjects pays one dict lookup per message. Ids are never reused: a subject whose last
 message goes keeps its id (and state zeros), as nats-server's subject tree keeps a node until
 compaction. Counterpart: the `fss`/`psim` subject trees of server/memstore.go and filestore.go.
@@ -22,8 +23,9 @@ import xxhash
 
 from engine.subjects import FWC, filter_regex, is_literal
 
-_EMPTY = np.uint64(0)
-_GONE = np.uint64(1)  # a forgotten subject's slot: lookups probe past it
+_EMPTY = -1  # a slot never used
+_GONE = -2  # a forgotten subject's slot: lookups probe past it
+_EMPTY_HASH, _GONE_HASH = np.uint64(0), np.uint64(1)  # the same two in an index snapshot's `subject_slots`
 _FRONT = 16384  # ids of recently used subjects kept in a plain dict (~120 B each)
 _MIN_SLOTS = 64
 
@@ -38,8 +40,8 @@ class SubjectTable:
     """Subject ids and per-subject (msgs, first_seq, last_seq)."""
 
     def __init__(self) -> None:
-        self._slots = np.zeros(_MIN_SLOTS, np.uint64)  # hash per slot, 0 = empty
-        self._slot_ids = np.zeros(_MIN_SLOTS, np.int32)
+        self._slot_ids = np.full(_MIN_SLOTS, _EMPTY, np.int32)  # id per slot, or _EMPTY / _GONE
+        self._hashes = np.zeros(0, np.uint64)  # hash of id i (slots hold ids only: 4 bytes a slot, not 12)
         self._arena = bytearray()
         self._offsets = np.zeros(1, np.int64)  # name of id i = arena[offsets[i]:offsets[i+1]]
         self.msgs = np.zeros(0, np.int64)
@@ -63,14 +65,13 @@ class SubjectTable:
             return sid
         raw = subject.encode()
         h = _hash(raw)
-        mask = len(self._slots) - 1
+        mask = len(self._slot_ids) - 1
         slot = h & mask
         while True:
-            stored = int(self._slots[slot])
-            if stored == 0:
+            sid = int(self._slot_ids[slot])
+            if sid == _EMPTY:
                 return -1
-            if stored == h and self.name_bytes(int(self._slot_ids[slot])) == raw:
-                sid = int(self._slot_ids[slot])
+            if sid >= 0 and int(self._hashes[sid]) == h and self.name_bytes(sid) == raw:
                 self._remember(subject, sid)
                 return sid
             slot = (slot + 1) & mask
@@ -119,35 +120,38 @@ class SubjectTable:
 
     def _probe(self, hashes: np.ndarray) -> np.ndarray:
         """Ids of the hashes in the table (-1 where absent), vectorised linear probing."""
-        mask = np.uint64(len(self._slots) - 1)
+        mask = np.uint64(len(self._slot_ids) - 1)
         out = np.full(len(hashes), -1, np.int64)
+        if not self.count:
+            return out
         position = hashes & mask
         pending = np.arange(len(hashes))
         while len(pending):
-            at = position[pending].astype(np.int64)
-            stored = self._slots[at]
-            hit = stored == hashes[pending]
-            out[pending[hit]] = self._slot_ids[at[hit]]
-            pending = pending[~hit & (stored != _EMPTY)]
+            ids = self._slot_ids[position[pending].astype(np.int64)]
+            hit = (ids >= 0) & (self._hashes[np.maximum(ids, 0)] == hashes[pending])
+            out[pending[hit]] = ids[hit]
+            pending = pending[~hit & (ids != _EMPTY)]
             position[pending] = (position[pending] + np.uint64(1)) & mask
         return out
 
     def _add_many(self, raws: list[bytes], hashes: np.ndarray) -> np.ndarray:
         """Interns distinct new names at once: one arena append, one vectorised placement."""
         first, n = self.count, len(raws)
-        size = len(self._slots)
+        if first + n + 1 > len(self._offsets):
+            self._offsets = _grown(self._offsets, first + n + 1)
+            self.msgs, self.first, self.last, self._hashes = (
+                _grown(a, first + n) for a in (self.msgs, self.first, self.last, self._hashes))
+        self._hashes[first : first + n] = hashes
+        size = len(self._slot_ids)
         while (self._occupied + n + 1) * 2 > size:
             size *= 2
-        if size != len(self._slots):
+        if size != len(self._slot_ids):
             self._rehash(size)
         sids = np.arange(first, first + n, dtype=np.int64)
-        _place_many(self._slots, self._slot_ids, hashes, sids.astype(np.int32))
+        _place_many(self._slot_ids, hashes, sids.astype(np.int32))
         self._occupied += n
         base = len(self._arena)
         self._arena += b"".join(raws)
-        if first + n + 1 > len(self._offsets):
-            self._offsets = _grown(self._offsets, first + n + 1)
-            self.msgs, self.first, self.last = (_grown(a, first + n) for a in (self.msgs, self.first, self.last))
         self._offsets[first + 1 : first + n + 1] = base + np.cumsum(np.fromiter(map(len, raws), np.int64, n))
         self.count += n
         return sids
@@ -171,8 +175,8 @@ class SubjectTable:
         gone = sids[(self.msgs[sids] == 0) & (self.last[sids] != -1)]
         if not len(gone):
             return 0
-        used = np.flatnonzero(self._slots > _GONE)
-        self._slots[used[np.isin(self._slot_ids[used], gone)]] = _GONE
+        used = np.flatnonzero(self._slot_ids >= 0)
+        self._slot_ids[used[np.isin(self._slot_ids[used], gone)]] = _GONE
         for sid in gone.tolist():
             start, end = int(self._offsets[sid]), int(self._offsets[sid + 1])
             self._arena[start:end] = bytes(end - start)
@@ -203,12 +207,10 @@ class SubjectTable:
         return sid
 
     def _rehash(self, size: int) -> None:
-        used = self._slots > _GONE
-        hashes, ids = self._slots[used], self._slot_ids[used]
-        self._slots = np.zeros(size, np.uint64)
-        self._slot_ids = np.zeros(size, np.int32)
-        _place_many(self._slots, self._slot_ids, hashes, ids)
-        self._occupied = len(hashes)
+        ids = self._slot_ids[self._slot_ids >= 0]
+        self._slot_ids = np.full(size, _EMPTY, np.int32)
+        _place_many(self._slot_ids, self._hashes[ids], ids)
+        self._occupied = len(ids)
 
     # -- per-subject state --------------------------------------------------------------------
 
@@ -245,7 +247,7 @@ class SubjectTable:
 
     @property
     def nbytes(self) -> int:
-        return int(self._slots.nbytes + self._slot_ids.nbytes + len(self._arena) + self._offsets.nbytes
+        return int(self._slot_ids.nbytes + self._hashes.nbytes + len(self._arena) + self._offsets.nbytes
                    + 3 * self.msgs.nbytes) + 120 * len(self._front)
 
     # -- persistence --------------------------------------------------------------------------
@@ -258,8 +260,7 @@ class SubjectTable:
             "subject_msgs": self.msgs[:n].copy(),
             "subject_first": self.first[:n].copy(),
             "subject_last": self.last[:n].copy(),
-            "subject_slots": self._slots.copy(),
-            "subject_slot_ids": self._slot_ids.copy(),
+            **self._snapshot_slots(),
             "subject_forgotten": np.array([self.forgotten], np.int64),
         }
 
@@ -275,26 +276,40 @@ class SubjectTable:
         table.last = arrays["subject_last"].astype(np.int64, copy=False)
         table.count = n
         table.live = int(np.count_nonzero(table.msgs > 0))
-        table._slots = arrays["subject_slots"].astype(np.uint64, copy=False)
-        table._slot_ids = arrays["subject_slot_ids"].astype(np.int32, copy=False)
+        table._load_slots(arrays["subject_slots"].astype(np.uint64, copy=False),
+                          arrays["subject_slot_ids"].astype(np.int32, copy=False))
         table.forgotten = int(arrays["subject_forgotten"][0]) if "subject_forgotten" in arrays else 0
-        table._occupied = int(np.count_nonzero(table._slots != _EMPTY))
         return table
 
+    def _snapshot_slots(self) -> dict[str, np.ndarray]:
+        """The snapshot's layout of the lookup table (unchanged since it held hashes in its slots): a
+        hash per slot (0 empty, 1 forgotten) and an id per slot."""
+        used = self._slot_ids >= 0
+        slots = np.zeros(len(self._slot_ids), np.uint64)
+        slots[used] = self._hashes[self._slot_ids[used]]
+        slots[self._slot_ids == _GONE] = _GONE_HASH
+        return {"subject_slots": slots, "subject_slot_ids": np.where(used, self._slot_ids, 0).astype(np.int32)}
 
-def _place_many(slots: np.ndarray, slot_ids: np.ndarray, hashes: np.ndarray, ids: np.ndarray) -> None:
+    def _load_slots(self, slots: np.ndarray, slot_ids: np.ndarray) -> None:
+        used = slots > _GONE_HASH
+        self._hashes = np.zeros(self.count, np.uint64)
+        self._hashes[slot_ids[used]] = slots[used]
+        self._slot_ids = np.where(used, slot_ids, np.where(slots == _GONE_HASH, _GONE, _EMPTY)).astype(np.int32)
+        self._occupied = int(np.count_nonzero(slots != _EMPTY_HASH))
+
+
+def _place_many(slot_ids: np.ndarray, hashes: np.ndarray, ids: np.ndarray) -> None:
     """Linear-probing inserts of many (hash, id), vectorised: each round places, per free slot, the
     first entry probing it; the others move one slot on. Every entry ends at the first slot of its
     probe sequence that was free when it got there, as one-by-one inserts would leave it findable."""
-    mask = np.uint64(len(slots) - 1)
+    mask = np.uint64(len(slot_ids) - 1)
     position = hashes & mask
     pending = np.arange(len(hashes))
     while len(pending):
         at = position[pending].astype(np.int64)
-        free = slots[at] == _EMPTY
+        free = slot_ids[at] == _EMPTY
         taken_slots, first = np.unique(at[free], return_index=True)
         winners = pending[free][first]
-        slots[taken_slots] = hashes[winners]
         slot_ids[taken_slots] = ids[winners]
         placed = np.zeros(len(hashes), np.bool_)
         placed[winners] = True

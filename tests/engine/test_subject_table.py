@@ -1,8 +1,16 @@
-"""The subject table's bulk lookups stay right when its bounded front dict is cleared under them."""
+"""The subject table: bulk lookups stay right when its bounded front dict is cleared under them, and its
+compact lookup table (ids in slots, hashes per id) stays exact through forgetting and restarts."""
 
 from __future__ import annotations
 
-from engine.subject_table import _FRONT, SubjectTable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine import EngineOptions, InboundMessage, JetStream, ManualClock
+from engine.errors import NoMessageFoundError
+from engine.subject_table import _FRONT, SubjectTable, _hash
 
 
 def test_bulk_ids_survive_the_front_dict_being_cleared_during_the_lookup() -> None:
@@ -15,3 +23,66 @@ def test_bulk_ids_survive_the_front_dict_being_cleared_during_the_lookup() -> No
     assert got[:50] == ids[:50].tolist() and got[-50:] == ids[-50:].tolist()
     assert [table.name(sid) for sid in got] == mixed
     assert table.ids(later).tolist() == got[50:150]
+
+
+def test_lookups_and_a_snapshot_round_trip_stay_exact_with_forgotten_subjects() -> None:
+    """The lookup table holds ids only (the hashes live per id): bulk and single lookups, forgetting,
+    re-interning and a snapshot's arrays (still a hash per slot) agree with a plain dict."""
+    table = SubjectTable()
+    names = [f"orders.{i}" for i in range(30_000)]
+    expected = dict(zip(names, table.ids(names).tolist(), strict=True))
+    expected.update({f"users.{i}": table.id(f"users.{i}") for i in range(500)})  # one by one
+    assert len(set(expected.values())) == len(expected) == table.count
+    gone = np.array([expected[f"orders.{i}"] for i in range(0, 30_000, 3)], np.int64)
+    table.msgs[: table.count] = 1
+    table.msgs[gone] = 0
+    assert table.forget(gone) == len(gone)
+    arrays = table.to_arrays()
+    live_slots = arrays["subject_slots"] > 1
+    assert all(_hash(table.name_bytes(int(sid))) == int(h)  # the snapshot's layout: the hash of the slot's id
+               for sid, h in zip(arrays["subject_slot_ids"][live_slots][:500], arrays["subject_slots"][live_slots][:500],
+                                 strict=True))
+    for current in (table, SubjectTable.from_arrays(arrays)):
+        for name, sid in expected.items():
+            forgotten = name.startswith("orders.") and int(name.split(".")[1]) % 3 == 0
+            assert current.find(name) == (-1 if forgotten else sid)
+        probe = [f"orders.{i}" for i in range(0, 30_000, 7)]
+        assert current.ids(probe[1::3]).tolist() == [expected[n] for n in probe[1::3]]  # not forgotten (i % 3 != 0)
+        again = current.id("orders.0")  # forgotten, seen again: a new id, found from now on
+        assert again >= 30_500 and current.find("orders.0") == again
+        assert current.find("nobody.here") == -1
+
+
+def test_a_hundred_thousand_subjects_stay_exact_through_a_restart_and_a_crash(warehouse: Path,
+                                                                            clock: ManualClock) -> None:
+    js = JetStream(warehouse, EngineOptions(), clock=clock)
+    js.open(start_flusher=False)
+    js.add_stream({"name": "K", "subjects": ["k.>"]})
+    n = 100_000
+    for start in range(0, n, 5000):
+        js.publish([InboundMessage(f"k.{i % 10}.{i}", f"v{i}".encode()) for i in range(start, start + 5000)])
+    js.publish([InboundMessage("k.3.33", b"again")])
+    js.flush()
+    js.purge("K", "k.9.>")  # a wildcard purge across 10,000 subjects
+    js.flush()
+    for how in ("restart", "crash"):
+        if how == "restart":
+            js.close()
+        else:
+            for stream in js.streams():
+                stream.store.wal.close()
+            js.consumers.acks.wal.close()
+            js._owner.release()
+        js = JetStream(warehouse, EngineOptions(), clock=clock)
+        js.open(start_flusher=False)
+        stream = js.stream("K")
+        state = stream.state(subjects_filter="k.3.*")
+        assert state["num_subjects"] == 90_000 and state["messages"] == 90_001
+        assert state["subjects_total"] == 10_000
+        assert state["subjects"]["k.3.33"] == 2 and state["subjects"]["k.3.3"] == 1
+        assert stream.last_by_subject("k.3.33").data == b"again"
+        for i in (0, 1, 12_345, 99_998):
+            assert stream.last_by_subject(f"k.{i % 10}.{i}").data == f"v{i}".encode()
+        with pytest.raises(NoMessageFoundError):
+            stream.last_by_subject("k.9.99999")
+    js.close()
