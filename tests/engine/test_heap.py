@@ -29,6 +29,7 @@ from engine import flusher as flusher_module
 from engine.errors import NoMessageFoundError
 from engine.store.delta import DeltaStore
 from tests.conftest import reopen
+from tests.gateway import Gateway
 
 ROOT = Path(__file__).resolve().parents[2]
 _ALLOCATOR_CALLS = {"mallopt", "malloc_trim", "release_unused", "jemalloc_set_decay_ms"}
@@ -308,3 +309,18 @@ def test_last_by_subject_stays_exact_through_purge_erase_and_per_subject_limits(
     finally:
         if engine is not js:
             engine.close()
+
+
+def test_a_gateway_takes_cache_bytes_and_reports_its_heap_in_metrics(warehouse: Path) -> None:
+    gateway = Gateway(warehouse, "--flush-interval", "0.2", "--cache-bytes", str(2 * 1024 * 1024)).start()
+    try:
+        with gateway.client() as c:
+            assert c.post("/v1/streams", json={"name": "S", "subjects": ["s.>"]}).status_code in (200, 201)
+            text = c.get("/metrics").text
+    finally:
+        gateway.stop()
+    gauges = dict(line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("jetlake_heap_"))
+    assert {"jetlake_heap_arrow_allocated_bytes", "jetlake_heap_glibc_in_use_bytes"} <= gauges.keys()
+    assert all(int(value) >= 0 for value in gauges.values())
+    if heap._LIBC is not None and hasattr(heap._LIBC, "mallinfo2"):
+        assert int(gauges["jetlake_heap_glibc_in_use_bytes"]) > 1024 * 1024  # a gateway's own objects
