@@ -39,9 +39,9 @@ def test_lookups_and_a_snapshot_round_trip_stay_exact_with_forgotten_subjects() 
     assert table.forget(gone) == len(gone)
     arrays = table.to_arrays()
     live_slots = arrays["subject_slots"] > 1
+    ids, hashes = arrays["subject_slot_ids"][live_slots][:500], arrays["subject_slots"][live_slots][:500]
     assert all(_hash(table.name_bytes(int(sid))) == int(h)  # the snapshot's layout: the hash of the slot's id
-               for sid, h in zip(arrays["subject_slot_ids"][live_slots][:500], arrays["subject_slots"][live_slots][:500],
-                                 strict=True))
+               for sid, h in zip(ids, hashes, strict=True))
     for current in (table, SubjectTable.from_arrays(arrays)):
         for name, sid in expected.items():
             forgotten = name.startswith("orders.") and int(name.split(".")[1]) % 3 == 0
