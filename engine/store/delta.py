@@ -482,7 +482,8 @@ class DeltaStore:
         """The live message `seq`, or None. A flushed message whose block detail is not in memory is
         read from the table without that detail: the summaries say it would be live (in range, not
         removed), and its row in the table says it is stored (the detail is read from those rows).
-        `subject`, when the caller knows it, spares reading the detail for the file's partition."""
+        `subject`, when the caller knows it, spares reading the detail for the file's partition and
+        decoding the row group's subjects."""
         if not index.may_be_live(seq):
             return None
         resident = index.holds_detail(seq)
@@ -496,7 +497,7 @@ class DeltaStore:
         if subject is None and resident:
             subject = index.subject_of(seq)
         try:
-            return self.reads.message(seq, lambda: subject if subject is not None else index.subject_of(seq))
+            return self.reads.message(seq, lambda: index.subject_of(seq), subject)
         except KeyError:  # the block's detail holds no row `seq`: never stored (a gap)
             return None
 

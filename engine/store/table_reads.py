@@ -69,7 +69,11 @@ class Window:
     returns (a row group of 8,192 messages as Python objects cost milliseconds to build and several
     times the group's bytes); a consumer's window converts the group once (`list`), since it reads
     on through it. Rows are found by binary search over the sorted `seq` column. An encrypted stream's
-    windows (sealed_window.py) convert their rows the same way and open the row they return."""
+    windows (sealed_window.py) convert their rows the same way and open the row they return.
+    A column absent from the decoded table is null in every row (an optional column the group's
+    statistics say is empty), except `subject`: a point read whose caller knows the subject (the
+    index's last sequence of a literal subject, a KV get) decodes the group without it, and such a
+    window answers only reads that give the subject (`has_subject`)."""
 
     def __init__(self, table: pa.Table) -> None:
         seqs = _int64s(table.column("seq"))
@@ -79,6 +83,7 @@ class Window:
             seqs = seqs[self._order]
         self.seqs = seqs
         self.table = table  # the decoded columns (an encrypted stream's: its values still sealed)
+        self.has_subject = "subject" in table.column_names
         self._ts = _int64s(table.column("ts"))  # microseconds
         self._lists: tuple[Any, ...] | None = None
         self._arrays: tuple[Any, ...] | None = None  # the columns `_message` reads, each one chunk
@@ -98,33 +103,52 @@ class Window:
         self.nbytes += added
         return added
 
-    def get(self, seq: int) -> StoredMessage | None:
+    def get(self, seq: int, subject: str | None = None) -> StoredMessage | None:
+        """The message `seq` of this group, or None; `subject`, the caller's knowledge of it, is needed
+        when the window was decoded without subjects."""
         seqs = self.seqs
         i = int(seqs.searchsorted(seq))  # the method: no numpy dispatch wrapper per read
         if i >= len(seqs) or int(seqs[i]) != seq:
             return None
-        return self._message(i if self._order is None else int(self._order[i]), seq)
+        row = i if self._order is None else int(self._order[i])
+        return self._message(row, seq) if self.has_subject else self._message(row, seq, subject)
 
     def _point_columns(self) -> tuple[Any, ...]:
         """`_message`'s columns as arrays, made once per group (a chunked column's `[row]` searches its
-        chunks on every read); a column null in every row is None: its rows need no conversion."""
+        chunks on every read); a column absent or null in every row is None: its rows need no conversion."""
         if self._arrays is None:
-            columns = (self.table.column(name) for name in ("subject", "msg_id", "headers", "data"))
-            self._arrays = tuple(None if c.null_count == len(c) else c.combine_chunks() for c in columns)
+            self._arrays = tuple(_one_array(self.table, name) for name in ("subject", "msg_id", "headers", "data"))
         return self._arrays
 
     def _columns(self) -> tuple[Any, ...]:
         """The columns `_message` reads, as Python sequences (`list`)."""
-        return tuple(self.table.column(name).to_pylist() for name in ("subject", "msg_id", "headers", "data"))
+        names = self.table.column_names
+        return tuple(self.table.column(name).to_pylist() if name in names else [None] * self.rows
+                     for name in ("subject", "msg_id", "headers", "data"))
 
-    def _message(self, row: int, seq: int) -> StoredMessage:
+    def _message(self, row: int, seq: int, subject: str | None = None) -> StoredMessage:
         if self._lists is not None:
             subjects, msg_ids, headers_, data_ = self._lists
-            subject, msg_id, headers, data = subjects[row], msg_ids[row], headers_[row], data_[row]
+            stored, msg_id, headers, data = subjects[row], msg_ids[row], headers_[row], data_[row]
         else:
-            subject, msg_id, headers, data = (None if column is None else column[row].as_py() for column in self._point_columns())
+            stored, msg_id, headers, data = (None if column is None else column[row].as_py() for column in self._point_columns())
         ts = int(self._ts[row]) * 1000
-        return StoredMessage(subject, seq, ts, data or b"", dict(headers) if headers else None, msg_id)
+        return StoredMessage(stored if self.has_subject else subject, seq, ts, data or b"",
+                             dict(headers) if headers else None, msg_id)
+
+
+def _one_array(table: pa.Table, name: str) -> pa.Array | None:
+    """A column as one array (its only chunk when it has one: no copy), None when absent or null in every row."""
+    if name not in table.column_names:
+        return None
+    column = table.column(name)
+    if column.null_count == len(column):
+        return None
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
+# A point read's row group: its sequence bounds and its key in the row-group cache (path, group).
+PointHint = tuple[int, int, tuple[str, int]]
 
 
 class Opener(Protocol):
@@ -168,28 +192,42 @@ class _RowGroups:
         self._footers_bytes = 0
         self._lock = threading.Lock()
 
-    def find(self, path: str, seq: int) -> tuple[StoredMessage, tuple[int, int, Window]] | None:
+    def find(self, path: str, seq: int, subject: str | None = None) -> tuple[StoredMessage, PointHint] | None:
         """The message `seq` of the file at `path`, from the row groups whose statistics may hold it, with
-        the row group that held it and its sequence bounds."""
+        the row group that held it, its sequence bounds and its cache key. `subject`, when the caller
+        knows the message's, spares decoding the group's subjects."""
         bounds = self.bounds(path)
         for group in np.flatnonzero((bounds.lows <= seq) & (bounds.highs >= seq)).tolist():
-            window = self.window(path, bounds, group)
-            msg = window.get(seq)
+            window = self.window(path, bounds, group, subjects=subject is None)
+            msg = window.get(seq, subject)
             if msg is not None:
-                return msg, (int(bounds.lows[group]), int(bounds.highs[group]), window)
+                return msg, (int(bounds.lows[group]), int(bounds.highs[group]), (path, group))
         return None
 
-    def window(self, path: str, bounds: FileBounds, group: int, listed: bool = False) -> Window:
-        key = (path, group)
+    def cached(self, key: tuple[str, int]) -> Window | None:
+        """The decoded row group `key` if the cache holds it now (nothing is read)."""
         with self._lock:
             cached = self._entries.get(key)
-            if cached is not None:
+            if cached is None:
+                return None
+            self._entries.move_to_end(key)
+            return cached[0]
+
+    def window(self, path: str, bounds: FileBounds, group: int, listed: bool = False, subjects: bool = True) -> Window:
+        """Row group `group` of a file, decoded once while the cache holds it. `subjects=False` (a point
+        read whose caller knows the subject) lets a group decoded without its subjects answer; a read
+        that needs them decodes the group again, whole, in its place."""
+        key = (path, group)
+        subjects = subjects or listed or self.opener is not None
+        with self._lock:
+            cached = self._entries.get(key)
+            if cached is not None and (cached[0].has_subject or not subjects):
                 self._entries.move_to_end(key)
                 window = cached[0]
                 if listed and not window.listed:
                     self._put(key, window, cached[1] + window.list())
                 return window
-        table = self._decode(path, bounds, group)
+        table = self._decode(path, bounds, group, subjects)
         window = self.opener.window(table) if self.opener is not None else Window(table)
         if listed:
             window.list()
@@ -197,13 +235,17 @@ class _RowGroups:
             self._put(key, window, window.nbytes)
         return window
 
-    def _decode(self, path: str, bounds: FileBounds, group: int) -> pa.Table:
-        """The columns a message is made of, of one row group; an optional column the group's
-        statistics say is null in every row is not decoded but made of nulls."""
+    def _decode(self, path: str, bounds: FileBounds, group: int, subjects: bool = True) -> pa.Table:
+        """The columns a message is made of, of one row group (`subject` only if `subjects`); an optional
+        column the group's statistics say is null in every row is not decoded: a plain window reads it
+        as absent, an encrypted stream's gets it made of nulls."""
         schema = bounds.schema
         skipped = [name for name in bounds.optional if bounds.empty(group, name)]
-        columns = [name for name in _WINDOW_COLUMNS if name in schema.names and name not in skipped]
+        columns = [name for name in _WINDOW_COLUMNS
+                   if name in schema.names and name not in skipped and (subjects or name != "subject")]
         table = self.read(path, bounds, [group], columns)
+        if self.opener is None:
+            return table
         for name in skipped:
             field_ = schema.field(name)
             table = table.append_column(field_, pa.nulls(table.num_rows, field_.type))
@@ -349,7 +391,7 @@ class TableReads:
         self._stale = True
         self._windows: list[tuple[int, int, Window]] = []
         self._window_hint: tuple[int, int, Window] | None = None
-        self._point_hint: tuple[int, int, Window] | None = None  # the row group of the last point read
+        self._point_hint: PointHint | None = None  # the row group of the last point read (its cache key)
         self._generation = 0  # forgets so far: a read that began before one does not leave a hint after it
         self._opener = opener
         self._subject_opener = subject_opener  # protected subjects: the index rows' subjects opened
@@ -372,26 +414,30 @@ class TableReads:
 
     # -- messages -----------------------------------------------------------------------------
 
-    def message(self, seq: int, subject_of: Callable[[], str]) -> StoredMessage | None:
+    def message(self, seq: int, subject_of: Callable[[], str], subject: str | None = None) -> StoredMessage | None:
         """One message by sequence: the files whose `seq` statistics hold it, then one row group. The
         subject's partition narrows the files only when they span several partitions, so `subject_of`
-        (which may read the index's detail of the block) is asked only then. The row group that
-        answered the last point read is asked first: a KV bucket's reads of keys written one after
-        another land in the same group, and are answered without the file list and the footers."""
+        (which may read the index's detail of the block) is asked only then. `subject`, when the caller
+        knows the message's (a literal subject's last sequence, a block detail in memory), spares
+        decoding the group's subjects. The row group that answered the last point read is asked first
+        if the cache still holds it: a KV bucket's reads of keys written one after another land in the
+        same group, and are answered without the file list and the footers."""
         hint = self._point_hint
         if hint is not None and hint[0] <= seq <= hint[1]:
-            msg = hint[2].get(seq)
-            if msg is not None:
-                return msg
+            window = self._row_groups.cached(hint[2])
+            if window is not None and (subject is not None or window.has_subject):
+                msg = window.get(seq, subject)
+                if msg is not None:
+                    return msg
         generation = self._generation
         for attempt in range(2):
             files = self._file_map(refresh=attempt > 0)
             candidates = np.flatnonzero((files.min_seq <= seq) & (files.max_seq >= seq))
             if len(candidates) > 1 and len(set(files.partitions[candidates].tolist())) > 1:
-                candidates = candidates[files.partitions[candidates] == self.partition_of(subject_of())]
+                candidates = candidates[files.partitions[candidates] == self.partition_of(subject if subject is not None else subject_of())]
             try:
                 for i in candidates.tolist():
-                    found = self._row_groups.find(self.table.file(unquote(files.paths[i])), seq)
+                    found = self._row_groups.find(self.table.file(unquote(files.paths[i])), seq, subject)
                     if found is not None:
                         with self._files_lock:
                             if generation == self._generation:
