@@ -241,3 +241,106 @@ def test_point_reads_through_the_last_row_group_are_exact_and_an_erase_drops_it(
     with pytest.raises(JetStreamError):
         js.get_message("K", order[-1])
     js.close()
+
+
+def _publish_distinct(js: JetStream, stream: str, count: int, per_flush: int, clock: ManualClock) -> None:
+    """`count` messages, each on its own subject `<stream>.<i>` with payload `v-<i>`, a file per `per_flush`."""
+    for start in range(0, count, per_flush):
+        subjects = [f"{stream.lower()}.{i}" for i in range(start, min(count, start + per_flush))]
+        js.publish_batch(PlainBatch(subjects, pa.array([f"v-{s.split('.')[1]}".encode() for s in subjects], pa.binary())))
+        clock.advance(1_000_000)
+        js.flush()
+
+
+def _expect_last(js: JetStream, stream: str, i: int) -> None:
+    msg = js.stream(stream).last_by_subject(f"{stream.lower()}.{i}")
+    assert (msg.seq, msg.subject, msg.data) == (i + 1, f"{stream.lower()}.{i}", f"v-{i}".encode()), i
+
+
+def test_a_last_by_subject_read_decodes_no_subjects_and_a_read_that_needs_them_decodes_them(
+        engine: list[JetStream], clock: ManualClock) -> None:
+    """The index knows a literal subject's last sequence, so its row group is decoded without the
+    `subject` column; a read by sequence that does not know the subject, or a consumer's window, gets the
+    group decoded whole in its place, and both read exactly."""
+    js = engine[0]
+    js.add_stream({"name": "L", "subjects": ["l.>"]})
+    _publish_distinct(js, "L", 3_000, 1_000, clock)
+    js = engine[0] = reopen(js, clock)  # every read from the table
+    store = js.stream("L").store
+    assert isinstance(store, DeltaStore)
+    cache = store.reads._row_groups
+    _expect_last(js, "L", 1_500)
+    [lean] = cache.windows()
+    assert not lean.has_subject and "subject" not in lean.table.column_names
+    hint = store.reads._point_hint
+    assert hint is not None and cache.cached(hint[2]) is lean
+
+    path, group = hint[2]
+    bounds = cache.bounds(path)
+    whole = cache.window(path, bounds, group)  # a read that does not know the subject
+    assert whole.has_subject and cache.windows() == [whole]
+    seq = int(whole.seqs[3])
+    msg = whole.get(seq)
+    assert msg is not None and (msg.subject, msg.data) == (f"l.{seq - 1}", f"v-{seq - 1}".encode())
+    assert cache.window(path, bounds, group, subjects=False) is whole, "a whole group answers a lean read"
+    for i in (0, 999, 1_000, 1_499, 1_501, 2_999):
+        _expect_last(js, "L", i)
+
+    store.reads.forget()
+    _expect_last(js, "L", 2_000)
+    path, group = store.reads._point_hint[2]
+    listed = cache.window(path, cache.bounds(path), group, listed=True)  # a consumer's window
+    assert listed.has_subject and listed.listed
+    assert [js.get_message("L", s).subject for s in (1_999, 2_001, 2_003)] == ["l.1998", "l.2000", "l.2002"]
+
+
+def test_lean_last_by_subject_reads_stay_exact_after_erase_purge_eviction_and_a_replaced_file(
+        engine: list[JetStream], clock: ManualClock) -> None:
+    """Erased and purged messages never come back through a group decoded without subjects, the last
+    point read's group answers only while the cache holds it (its bytes are the cache's), and a file
+    replaced under its name is read again."""
+    js = engine[0]
+    js.add_stream({"name": "L", "subjects": ["l.>"]})
+    _publish_distinct(js, "L", 3_000, 1_000, clock)
+    js = engine[0] = reopen(js, clock)
+    store = js.stream("L").store
+    assert isinstance(store, DeltaStore)
+    cache = store.reads._row_groups
+    stream = js.stream("L")
+    for i in (41, 42, 43):
+        _expect_last(js, "L", i)
+
+    js.delete_message("L", 43, erase=True)  # l.42's only message
+    js.purge("L", "l.41")
+    for subject in ("l.42", "l.41"):
+        with pytest.raises(JetStreamError):
+            stream.last_by_subject(subject)
+    _expect_last(js, "L", 40)
+    js.publish_one("l.41", b"again")
+    js.flush()
+    msg = stream.last_by_subject("l.41")
+    assert (msg.seq, msg.subject, msg.data) == (3_001, "l.41", b"again")
+
+    _expect_last(js, "L", 2_500)
+    hint = store.reads._point_hint
+    assert hint is not None
+    cache._entries.clear()  # the group left the cache (evicted): the hint holds no window of its own
+    assert cache.cached(hint[2]) is None
+    _expect_last(js, "L", 2_501)
+    assert len(cache.windows()) == 1
+
+    path = next(p for p in _files(js, "L") if pq.read_table(p, columns=["seq"]).column("seq")[0].as_py() == 1_001)
+    pq.write_table(pq.read_table(path), path, row_group_size=333)  # the same rows in other groups, same name
+    cache._entries.clear()
+    for i in (1_000, 1_400, 1_999):
+        _expect_last(js, "L", i)
+    assert len(cache._files[path]) == 4, "the replaced file's bounds are read again"
+
+    js = engine[0] = reopen(js, clock)
+    for subject in ("l.42",):
+        with pytest.raises(JetStreamError):
+            js.stream("L").last_by_subject(subject)
+    msg = js.stream("L").last_by_subject("l.41")
+    assert (msg.seq, msg.data) == (3_001, b"again")
+    for i in (0, 40, 1_400, 2_999):
+        _expect_last(js, "L", i)
