@@ -131,7 +131,8 @@ class Window:
             subjects, msg_ids, headers_, data_ = self._lists
             stored, msg_id, headers, data = subjects[row], msg_ids[row], headers_[row], data_[row]
         else:
-            stored, msg_id, headers, data = (None if column is None else column[row].as_py() for column in self._point_columns())
+            stored, msg_id, headers, data = (None if column is None else column[row].as_py()
+                                             for column in self._point_columns())
         ts = int(self._ts[row]) * 1000
         return StoredMessage(stored if self.has_subject else subject, seq, ts, data or b"",
                              dict(headers) if headers else None, msg_id)
@@ -434,7 +435,8 @@ class TableReads:
             files = self._file_map(refresh=attempt > 0)
             candidates = np.flatnonzero((files.min_seq <= seq) & (files.max_seq >= seq))
             if len(candidates) > 1 and len(set(files.partitions[candidates].tolist())) > 1:
-                candidates = candidates[files.partitions[candidates] == self.partition_of(subject if subject is not None else subject_of())]
+                partition = self.partition_of(subject if subject is not None else subject_of())
+                candidates = candidates[files.partitions[candidates] == partition]
             try:
                 for i in candidates.tolist():
                     found = self._row_groups.find(self.table.file(unquote(files.paths[i])), seq, subject)

@@ -247,7 +247,8 @@ def _publish_distinct(js: JetStream, stream: str, count: int, per_flush: int, cl
     """`count` messages, each on its own subject `<stream>.<i>` with payload `v-<i>`, a file per `per_flush`."""
     for start in range(0, count, per_flush):
         subjects = [f"{stream.lower()}.{i}" for i in range(start, min(count, start + per_flush))]
-        js.publish_batch(PlainBatch(subjects, pa.array([f"v-{s.split('.')[1]}".encode() for s in subjects], pa.binary())))
+        payloads = pa.array([f"v-{s.split('.')[1]}".encode() for s in subjects], pa.binary())
+        js.publish_batch(PlainBatch(subjects, payloads))
         clock.advance(1_000_000)
         js.flush()
 
