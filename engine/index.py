@@ -434,6 +434,8 @@ class MessageIndex:
 
     def remove_many(self, seqs: np.ndarray) -> int:
         """Removes the live messages among `seqs` (sorted, unique); returns how many were live."""
+        if len(seqs) == 1:
+            return self._remove_one(int(seqs[0]))
         seqs = np.asarray(seqs, np.int64)
         seqs = seqs[(seqs >= max(self.first_seq, 1)) & (seqs <= self.last_seq)]
         if not len(seqs):
@@ -446,6 +448,50 @@ class MessageIndex:
         if removed:
             self._fix_first()
         return removed
+
+    def _remove_one(self, seq: int) -> int:
+        """`remove_many` of one sequence (a KV put past its history, a message delete) in scalars: for
+        one row, numpy's per-call set-up costs far more than the work."""
+        if not self.may_be_live(seq):
+            return 0
+        row = self._row(seq)
+        if row is None:
+            return 0
+        sid, size, _ = row
+        block = self._block(seq)
+        slot = self._slot(block)
+        self.removed.add(seq, seq)
+        self._live[slot] -= 1
+        self._bytes[slot] -= size
+        self.msgs -= 1
+        self.bytes -= size
+        hist = self._hist[slot]
+        if hist.open is not None:
+            hist.open[sid] -= 1
+        else:
+            hist.take(np.array([sid], np.int32), np.array([1], np.int32))
+        self._uncount_one(sid, seq)
+        if self.loader is None:
+            self._drop_removed_rows(block, seq, seq)
+        self._fix_first()
+        return 1
+
+    def _uncount_one(self, sid: int, seq: int) -> None:
+        """`_uncount_subjects` of one removed message `seq` of subject `sid`."""
+        table = self.subjects
+        table.msgs[sid] -= 1
+        if table.msgs[sid] == 0:
+            table.first[sid] = table.last[sid] = 0
+            table.live -= 1
+            return
+        first, last = int(table.first[sid]), int(table.last[sid])
+        if table.msgs[sid] == 1 and (first == seq) != (last == seq):
+            table.first[sid] = table.last[sid] = last if first == seq else first
+            return
+        if first == seq:
+            table.first[sid] = self._next_of(sid, seq)
+        if last == seq:
+            table.last[sid] = self._prev_of(sid, seq)
 
     def _remove_in_block(self, block: int, seqs: np.ndarray) -> int:
         if not self._has_block(block) or self._live[self._slot(block)] == 0:
@@ -555,6 +601,12 @@ class MessageIndex:
         if self.first_seq >= 1 and self.is_live(self.first_seq):
             return
         start = max(self.first_seq, 1)
+        if self.is_live(start + 1):  # the first message went alone (a KV put past its history): no block scan
+            row = self._row(start + 1)
+            assert row is not None
+            self.first_seq, self.first_ts = start + 1, row[2]
+            self._drop_blocks_below(self._block(start + 1))
+            return
         for block in range(max(self._block(start), self._base), self._blocks.stop):
             if self._live[self._slot(block)] == 0:
                 continue

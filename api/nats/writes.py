@@ -126,10 +126,13 @@ class Writes:
         items, queue.items = queue.items, []
         runs = [items] if len(items) == 1 else _runs(items)  # one write (a sync publisher's): its own run
         done = 0
-        for run in runs:
-            if not self._apply_now(run):
-                break
-            done += 1
+        if len(items) == 1 and type(items[0]) is tuple:
+            done = int(self._publish_lone(items[0]))
+        else:
+            for run in runs:
+                if not self._apply_now(run):
+                    break
+                done += 1
         if done < len(runs):
             queue.busy = True
             rest = runs[done:]
@@ -189,6 +192,20 @@ class Writes:
         if answer is None:
             return False
         self._answer_publishes(run, answer.results() if isinstance(answer, AckRun) else answer, answer)
+        return True
+
+    def _publish_lone(self, item: tuple[InboundMessage, bytes | None]) -> bool:
+        """A read that brought one publish (a sync publisher's): stored and answered here, without the
+        run machinery; False if the engine must wait (the caller then takes the general way)."""
+        msg, reply = item
+        try:
+            results = self.engine.publish_nowait([msg])
+        except JetStreamError as exc:  # the stream is offline, its log full, or it was deleted meanwhile
+            results = [exc]
+        if results is None:
+            return False
+        if reply:
+            self.server.reply(reply, puback_json(results[0], msg.subject, self.engine))
         return True
 
     def _apply_all(self, runs: list[list[Any]]) -> list[Any]:

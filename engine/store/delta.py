@@ -242,17 +242,19 @@ class DeltaStore:
 
     def append(self, groups: list[RowGroup], removals: list[Removal]) -> None:
         groups = [g for g in groups if len(g)]
-        encode = self.sealer.encode if self.sealer is not None else (lambda g: g.encode())
-        entries: list[tuple[int, bytes | memoryview]] = [encode(g) for g in groups]
-        entries.extend((KIND_REMOVE, _encode_removal(r)) for r in removals)
+        sealer = self.sealer
+        entries: list[tuple[int, bytes | memoryview]] = [g.encode() if sealer is None else sealer.encode(g) for g in groups]
+        if removals:
+            entries.extend((KIND_REMOVE, _encode_removal(r)) for r in removals)
         if not entries:
             return
         last_lsn = self.wal.append(entries)
         for rows in groups:
             self.buffer.add(rows)
             self._unflushed_bytes += rows.nbytes
-        first_lsn = last_lsn - len(removals) + 1
-        self._pending_removals.extend((first_lsn + i, r) for i, r in enumerate(removals))
+        if removals:
+            first_lsn = last_lsn - len(removals) + 1
+            self._pending_removals.extend((first_lsn + i, r) for i, r in enumerate(removals))
         if self._oldest_unflushed is None:
             self._oldest_unflushed = time.monotonic()
 

@@ -267,11 +267,12 @@ class WriteAheadLog:
         first_lsn = self.next_lsn
         parts: list[Payload] = []
         lsn = first_lsn
+        total = 0
         for kind, payload in entries:
             view = memoryview(payload)
             parts += (header(kind, lsn, view), view)
+            total += HEADER_SIZE + len(view)
             lsn += 1
-        total = sum(len(p) for p in parts)
         try:
             action = failpoints.hit(self._fp_append) if failpoints.ARMED else None
             self._write(parts, total, action)
