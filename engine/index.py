@@ -601,7 +601,7 @@ class MessageIndex:
         if self.first_seq >= 1 and self.is_live(self.first_seq):
             return
         start = max(self.first_seq, 1)
-        if self.is_live(start + 1):  # the first message went alone (a KV put past its history): no block scan
+        if self.first_seq >= 1 and self.is_live(start + 1):  # the first message went alone (a KV put past its history): no block scan
             row = self._row(start + 1)
             assert row is not None
             self.first_seq, self.first_ts = start + 1, row[2]
