@@ -10,7 +10,10 @@ exit 5) counts as passed. `JETLAKE_TEST_GROUPS=spark,rest` runs only those group
 The JVMs the tests start live seconds (each `jetlake jobs run`, Spark's launcher, a standalone
 cluster): they run with JIT tier 1 and the serial collector (`JAVA_TOOL_OPTIONS`, unless set), which
 start them about 30 % cheaper on two cores; the run's own Spark session, which lives the whole run,
-is started without them (tests/conftest.py).
+is started without them (tests/conftest.py). They also map the classes Spark loads from class-data
+archives, which takes another ~45 % off each start (tests/jvm_archive.py: dumped once into the venv,
+with logging on stderr so that nothing reaches a job's stdout); the groups that start no JVM start
+first, so the dump runs beside them.
 `JETLAKE_TEST_CPU=cpu.json` records each test's CPU, its processes' included, in one file per group
 (cpu-spark.json, …; tests/cpu_profile.py).
 """
@@ -28,7 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.cpu_profile import ENV as CPU_PROFILE  # noqa: E402
-from tests.groups import ENV, GROUPS, SHORT_JVM, SHORT_JVM_OPTIONS  # noqa: E402
+from tests.groups import ENV, GROUPS, NO_JVM_GROUPS, SHORT_JVM, SHORT_JVM_OPTIONS  # noqa: E402
+from tests.jvm_archive import LAUNCHER_ENV, archive_options  # noqa: E402
 
 NO_TESTS = 5
 SLOWEST = 5  # each group's slowest tests are printed with its line, to keep the groups balanced
@@ -38,7 +42,12 @@ def main(args: list[str]) -> int:
     groups = [g for g in os.environ.get("JETLAKE_TEST_GROUPS", ",".join(GROUPS)).split(",") if g]
     scratch = Path(tempfile.mkdtemp(prefix="jetlake-tests-"))
     started = time.monotonic()
-    running = {group: _start(group, args, scratch) for group in groups}
+    short_jvm = (SHORT_JVM_OPTIONS, "")
+    running = {group: _start(group, args, scratch, short_jvm) for group in groups if group in NO_JVM_GROUPS}
+    jvm_groups = [group for group in groups if group not in NO_JVM_GROUPS]
+    if jvm_groups and "JAVA_TOOL_OPTIONS" not in os.environ:
+        short_jvm = archive_options(SHORT_JVM_OPTIONS, scratch, ROOT) or short_jvm
+    running |= {group: _start(group, args, scratch, short_jvm) for group in jvm_groups}
     print(f"test: {len(running)} groups in parallel ({', '.join(running)}); logs in {scratch}", flush=True)
     failed: list[tuple[str, int]] = []
     while running:
@@ -60,14 +69,18 @@ def main(args: list[str]) -> int:
     return failed[0][1] if failed else 0
 
 
-def _start(group: str, args: list[str], scratch: Path) -> tuple[subprocess.Popen[bytes], Path]:
+def _start(group: str, args: list[str], scratch: Path,
+           short_jvm: tuple[str, str]) -> tuple[subprocess.Popen[bytes], Path]:
+    """Starts a group's pytest; `short_jvm` is (JAVA_TOOL_OPTIONS, SPARK_LAUNCHER_OPTS) for the JVMs it starts."""
     log = scratch / f"{group}.log"
     env = {**os.environ, ENV: group, "PYTHONPATH": _pythonpath()}
     if env.get(CPU_PROFILE):  # one file per group: cpu.json -> cpu-spark.json, …
         profile = Path(env[CPU_PROFILE])
         env[CPU_PROFILE] = str(profile.with_name(f"{profile.stem}-{group}{profile.suffix}"))
     if "JAVA_TOOL_OPTIONS" not in env:
-        env["JAVA_TOOL_OPTIONS"] = env[SHORT_JVM] = SHORT_JVM_OPTIONS
+        env["JAVA_TOOL_OPTIONS"] = env[SHORT_JVM] = short_jvm[0]
+        if short_jvm[1] and LAUNCHER_ENV not in env:
+            env[LAUNCHER_ENV] = short_jvm[1]
     command = [sys.executable, "-m", "pytest", "-q", f"--durations={SLOWEST}", f"--basetemp={scratch / group}", *args]
     with log.open("wb") as out:
         return subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT), log
