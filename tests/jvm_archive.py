@@ -3,7 +3,7 @@
 Each `jetlake jobs run` starts two JVMs, Spark's launcher and the driver; mapping the classes they load
 from an archive instead of reading and parsing the jars takes a driver's start from about 14.5 to 8 s
 of CPU on two cores. `archive_options()` returns the JVM options that use the archives, dumping them
-first if missing (one job run on an empty warehouse, ~20 s of CPU), or None where they cannot be made.
+first if missing (one job run on an empty warehouse), or None where they cannot be made.
 
 Safe on any clone, since a JVM must never print on stdout (tests read a job's JSON there):
 - the archives are named for the JDK, pyspark and its jars, so another install never maps them;
