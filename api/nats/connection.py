@@ -218,16 +218,13 @@ class Connection(asyncio.Protocol):
         if hdr is not None and self.headers:
             size = len(hdr)
             if reply:
-                line = b"HMSG %b %b %b %d %d\r\n" % (subject, sub.sid, reply, size, size + len(payload))
+                self.send(b"HMSG %b %b %b %d %d\r\n%b%b\r\n" % (subject, sub.sid, reply, size, size + len(payload), hdr, payload))
             else:
-                line = b"HMSG %b %b %d %d\r\n" % (subject, sub.sid, size, size + len(payload))
-            self.send(line + hdr + payload + b"\r\n")
+                self.send(b"HMSG %b %b %d %d\r\n%b%b\r\n" % (subject, sub.sid, size, size + len(payload), hdr, payload))
+        elif reply:  # each message is formatted in one piece: no intermediate copies of the payload
+            self.send(b"MSG %b %b %b %d\r\n%b\r\n" % (subject, sub.sid, reply, len(payload), payload))
         else:
-            if reply:
-                line = b"MSG %b %b %b %d\r\n" % (subject, sub.sid, reply, len(payload))
-            else:
-                line = b"MSG %b %b %d\r\n" % (subject, sub.sid, len(payload))
-            self.send(line + payload + b"\r\n")
+            self.send(b"MSG %b %b %d\r\n%b\r\n" % (subject, sub.sid, len(payload), payload))
         sub.delivered += 1
         if sub.max and sub.delivered >= sub.max:
             self._unsubscribe(sub)
