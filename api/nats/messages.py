@@ -108,6 +108,9 @@ def direct_headers(stream: str, msg: StoredMessage, position: tuple[int, int] | 
         if position is not None:
             headers |= {"Nats-Num-Pending": [str(position[0])], "Nats-Last-Sequence": [str(position[1])]}
         return p.encode_headers(headers)
+    if not stored and position is None:  # a KV get's message: the whole block in one format
+        return b"%b\r\nNats-Stream: %b\r\nNats-Subject: %b\r\nNats-Sequence: %d\r\nNats-Time-Stamp: %b\r\n\r\n" % (
+            p.HEADER_LINE, stream.encode(), msg.subject.encode(), msg.seq, rfc3339(msg.ts).encode())
     block = p.encode_headers(stored)[:-2] if stored else p.HEADER_LINE + b"\r\n"
     block += b"Nats-Stream: %b\r\nNats-Subject: %b\r\nNats-Sequence: %d\r\nNats-Time-Stamp: %b\r\n" % (
         stream.encode(), msg.subject.encode(), msg.seq, rfc3339(msg.ts).encode())
