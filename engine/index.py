@@ -340,6 +340,7 @@ class MessageIndex:
         self._last_ts[slot] = ts
         self._written_hist(slot).add_one(sid)
         table = self.subjects
+        table.fit(seq)
         if table.msgs[sid] == 0:
             table.first[sid] = seq
             table.live += 1
@@ -410,6 +411,7 @@ class MessageIndex:
 
     def _count_subjects(self, sids: np.ndarray, seqs: np.ndarray) -> None:
         table = self.subjects
+        table.fit(int(seqs[-1]))
         if len(sids) == 1 or sids[0] == sids[-1] and (sids == sids[0]).all():
             sid = int(sids[0])
             if table.msgs[sid] == 0:
@@ -874,7 +876,7 @@ class MessageIndex:
 
     def last_seqs(self, filter_: str) -> np.ndarray:
         """The last live sequence of every subject matching `filter_`, ascending: JetStream's last-per-subject."""
-        return np.sort(self.subjects.last[self.subjects.matching(filter_)])
+        return np.sort(self.subjects.last[self.subjects.matching(filter_)]).astype(np.int64, copy=False)
 
     def next_seq_for(self, filter_: str, start: int) -> int:
         """First live sequence ≥ start on `filter_`; 0 if none."""

@@ -493,7 +493,7 @@ class Stream:
         one removal; a subject further over goes through `_enforce_limits` alone."""
         table, limit = self.index.subjects, self.config.max_msgs_per_subject
         sids = table.ids(subjects)
-        excess = table.msgs[sids] - limit
+        excess = table.msgs[sids].astype(np.int64) - limit  # int32 counts: a limit may exceed 2**31
         if not (excess > 0).any():
             return
         acc.remove("limits", self._remove(np.unique(table.first[sids[excess == 1]])))

@@ -5,8 +5,10 @@ object per subject: a dict of a million strings is ~140 MB here, more than nats-
 process for the same stream. Names live in one byte arena (an offset per subject), the name -> id map
 is an open-addressing table of ids (int32, at most half full) probed by each id's 64-bit xxh3 hash
 (kept per id, verified against the arena on a hit), and each subject's `SimpleState` (msgs, first,
-last) is three int64 columns indexed by id: about 56 bytes a subject plus its name (measured: 66 MB
-for a million `cap.k<n>` subjects). A small dict in front keeps the ids of recently used subjects, so a stream of
+last) is three columns indexed by id, int32 while the stream's sequences fit in 31 bits (a stream of
+fewer than 2.1 billion messages: `fit` widens them to int64 before a larger sequence is written; a
+subject never has more messages than the stream's last sequence): about 44 bytes a subject plus its
+name. A small dict in front keeps the ids of recently used subjects, so a stream of
 a few hot subjects pays one dict lookup per message. Ids are never reused: a subject whose last
 message goes keeps its id (and state zeros), as nats-server's subject tree keeps a node until
 compaction. Counterpart: the `fss`/`psim` subject trees of server/memstore.go and filestore.go.
@@ -28,6 +30,7 @@ _GONE = -2  # a forgotten subject's slot: lookups probe past it
 _EMPTY_HASH, _GONE_HASH = np.uint64(0), np.uint64(1)  # the same two in an index snapshot's `subject_slots`
 _FRONT = 16384  # ids of recently used subjects kept in a plain dict (~120 B each)
 _MIN_SLOTS = 64
+_NARROW_MAX = np.iinfo(np.int32).max  # the largest sequence the int32 state columns hold
 
 
 def _hash(name: bytes) -> int:
@@ -44,9 +47,9 @@ class SubjectTable:
         self._hashes = np.zeros(0, np.uint64)  # hash of id i (slots hold ids only: 4 bytes a slot, not 12)
         self._arena = bytearray()
         self._offsets = np.zeros(1, np.int64)  # name of id i = arena[offsets[i]:offsets[i+1]]
-        self.msgs = np.zeros(0, np.int64)
-        self.first = np.zeros(0, np.int64)
-        self.last = np.zeros(0, np.int64)
+        self.msgs = np.zeros(0, np.int32)  # int32 until `fit` sees a sequence past _NARROW_MAX
+        self.first = np.zeros(0, np.int32)
+        self.last = np.zeros(0, np.int32)
         self.count = 0  # subjects ever seen
         self.live = 0  # subjects with messages
         self.forgotten = 0  # ids whose names were forgotten (their arena bytes are zeros)
@@ -234,6 +237,13 @@ class SubjectTable:
 
     # -- per-subject state --------------------------------------------------------------------
 
+    def fit(self, seq: int) -> None:
+        """Makes the state columns hold `seq` (called before a sequence is written): numpy's array
+        assignment would wrap an int64 into int32 silently. `msgs` widens with them: a subject's count
+        is at most the stream's last sequence."""
+        if seq > _NARROW_MAX and self.last.dtype != np.int64:
+            self.msgs, self.first, self.last = (a.astype(np.int64) for a in (self.msgs, self.first, self.last))
+
     def state(self, subject: str) -> tuple[int, int, int]:
         """(msgs, first_seq, last_seq) of a literal subject; zeros if it has none."""
         sid = self.find(subject)
@@ -277,9 +287,9 @@ class SubjectTable:
         return {
             "subject_offsets": self._offsets[: n + 1].copy(),
             "subject_arena": np.frombuffer(bytes(self._arena), np.uint8),
-            "subject_msgs": self.msgs[:n].copy(),
-            "subject_first": self.first[:n].copy(),
-            "subject_last": self.last[:n].copy(),
+            "subject_msgs": self.msgs[:n].astype(np.int64),  # the snapshot's layout stays int64
+            "subject_first": self.first[:n].astype(np.int64),
+            "subject_last": self.last[:n].astype(np.int64),
             **self._snapshot_slots(),
             "subject_forgotten": np.array([self.forgotten], np.int64),
         }
@@ -291,9 +301,11 @@ class SubjectTable:
         n = len(offsets) - 1
         table._arena = bytearray(arrays["subject_arena"].tobytes())
         table._offsets = offsets
-        table.msgs = arrays["subject_msgs"].astype(np.int64, copy=False)
-        table.first = arrays["subject_first"].astype(np.int64, copy=False)
-        table.last = arrays["subject_last"].astype(np.int64, copy=False)
+        last = arrays["subject_last"]
+        state = np.int32 if not len(last) or int(last.max()) <= _NARROW_MAX else np.int64
+        table.msgs = arrays["subject_msgs"].astype(state)
+        table.first = arrays["subject_first"].astype(state)
+        table.last = last.astype(state)
         table.count = n
         table.live = int(np.count_nonzero(table.msgs > 0))
         table._load_slots(arrays["subject_slots"].astype(np.uint64, copy=False),

@@ -86,3 +86,31 @@ def test_a_hundred_thousand_subjects_stay_exact_through_a_restart_and_a_crash(wa
         with pytest.raises(NoMessageFoundError):
             stream.last_by_subject("k.9.99999")
     js.close()
+
+
+def test_state_columns_are_int32_until_a_sequence_past_31_bits_and_stay_exact_across_it() -> None:
+    """The per-subject (msgs, first, last) columns are int32 for a stream's first 2**31 - 1 sequences and
+    widen before a larger one is written (numpy's array assignment would wrap it silently); a snapshot
+    keeps its int64 arrays, and one taken before the columns were narrow loads narrow."""
+    from engine.index import MessageIndex  # noqa: PLC0415
+
+    edge = 2**31 - 1
+    index = MessageIndex()
+    index.append_run(edge - 3, ["a.1", "a.2", "a.1"], [1, 1, 1], 1)
+    index.append(edge, "a.3", 1, 2)
+    table = index.subjects
+    assert table.last.dtype == np.int32 and table.state("a.1") == (2, edge - 3, edge - 1)
+    snapshot = table.to_arrays()
+    assert {snapshot[k].dtype for k in ("subject_msgs", "subject_first", "subject_last")} == {np.dtype(np.int64)}
+    assert SubjectTable.from_arrays(snapshot).last.dtype == np.int32
+
+    index.append_run(edge + 1, ["a.1", "a.4"], [1, 1], 3)
+    index.append(edge + 9, "a.2", 1, 4)
+    assert table.last.dtype == np.int64
+    assert [table.state(s) for s in ("a.1", "a.2", "a.3", "a.4")] == [
+        (3, edge - 3, edge + 1), (2, edge - 2, edge + 9), (1, edge, edge), (1, edge + 2, edge + 2)]
+    assert index.last_seqs("a.*").tolist() == [edge, edge + 1, edge + 2, edge + 9]
+    index.remove_many(np.array([edge - 3, edge + 1], np.int64))
+    assert table.state("a.1") == (1, edge - 1, edge - 1)
+    wide = SubjectTable.from_arrays(table.to_arrays())
+    assert wide.last.dtype == np.int64 and wide.state("a.2") == (2, edge - 2, edge + 9)
