@@ -496,7 +496,7 @@ class Stream:
         excess = table.msgs[sids].astype(np.int64) - limit  # int32 counts: a limit may exceed 2**31
         if not (excess > 0).any():
             return
-        acc.remove("limits", self._remove(np.unique(table.first[sids[excess == 1]])))
+        acc.remove("limits", self._remove(np.unique(table.first[sids[excess == 1]]).astype(np.int64)))
         for i in np.flatnonzero(excess > 1).tolist():
             self._enforce_limits(subjects[i], acc)
 
