@@ -224,7 +224,7 @@ class Flusher:
         with stream.lock:
             store.finish(job, stream.index)
         health.succeeded()
-        self.stats.messages += job.messages.num_rows if job.messages is not None else 0
+        self.stats.messages += job.rows
         return 1
 
     @staticmethod
