@@ -274,6 +274,17 @@ def transactions(table: TableLocation) -> dict[str, int] | None:
     return found
 
 
+def added_files(table: TableLocation, version: int) -> list[str]:
+    """The data files commit `version` added (paths relative to the table, unquoted); [] when its
+    commit cannot be read."""
+    try:
+        lines = table.objects.get(f"{_log_key(table)}/{_commit_name(version)}").data.splitlines()
+    except ObjectStoreError:
+        return []
+    adds = (orjson.loads(line).get("add") for line in lines if b'"add"' in line)
+    return [unquote(add["path"]) for add in adds if add]
+
+
 def is_latest_version(table: TableLocation, version: int) -> bool:
     """Whether `version` is the table's latest: its commit object is there and the next one is not
     (commits are numbered without gaps). Two HEADs (two stats on a local warehouse), where

@@ -33,7 +33,14 @@ from engine.store import index_file
 from engine.store.rows import KIND_ARROW, KIND_PACKED, RowGroup, Rows, decode
 from engine.store.backlog import Backlog
 from engine.store.base import Recovered, Removal, StoredMessage
-from engine.store.commits import TableCommitter, ensure_table, is_latest_version, latest_version, open_table
+from engine.store.commits import (
+    TableCommitter,
+    added_files,
+    ensure_table,
+    is_latest_version,
+    latest_version,
+    open_table,
+)
 from engine.store.layout import (
     PARTITION_COLUMN,
     STREAM_SCHEMA,
@@ -392,6 +399,8 @@ class DeltaStore:
             return
         meta, arrays = job.snapshot
         meta["table_version"] = self._table_version
+        meta["file_bounds"], bounds = self.reads.file_bounds()
+        arrays = {**arrays, **bounds}
         try:
             size = index_file.write(self.layout.objects, self._snapshot_key, meta, arrays)
             log.debug("stream %s: index snapshot at seq %d (%d bytes)", self.stream, meta["flushed_seq"], size)
@@ -435,6 +444,7 @@ class DeltaStore:
             job.messages = None  # the buffer keeps its own batches as the recent-rows cache; this copy goes now
             self.commits += 1
             self._table_version = version  # a job's commit in between changes no index content (see recover)
+            self.reads.learn_files(added_files(self.table, version))
         if job.removals:
             self._commit_removals(job, lease_timeout)
         self._write_snapshot(job)
@@ -717,6 +727,8 @@ class DeltaStore:
         index.time_seeker = self.reads.first_at_or_after
         index.flushed_upto = meta["flushed_seq"]
         self.partitioner.learn(set(meta.get("partitions", [])))
+        if "file_bounds" in meta:
+            self.reads.adopt_file_bounds(meta["file_bounds"], arrays)
         covered = SeqSet.from_arrays(*index.removed.to_arrays())
         return index, covered
 

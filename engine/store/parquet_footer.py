@@ -311,3 +311,61 @@ def _skip_struct(buf: bytes, pos: int) -> int:
                     pos = _skip(buf, pos, elem)
         elif kind > 2:  # booleans are in the type
             pos = _skip(buf, pos, kind)
+
+
+_PER_GROUP = ("starts", "ends", "rows", "lows", "highs", "last_ts", "nulls")
+
+
+def bounds_to_arrays(files: dict[str, FileBounds]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Files' bounds (by their path relative to the table) as an index snapshot's meta and arrays, so
+    a restart's reads choose row groups without reading a footer first (24-29 ms of CPU a file of
+    ~160 groups). The fields every file of a table shares (schema, the footer's other fields) are
+    kept once per distinct value."""
+    templates: list[dict[str, Any]] = []
+    seen: dict[tuple[bytes, int, bytes, tuple[str, ...]], int] = {}
+    ids, scalars = [], []
+    for bounds in files.values():
+        key = (bounds._head, bounds._head_last, bounds._tail, tuple(bounds.optional))
+        if key not in seen:
+            seen[key] = len(templates)
+            templates.append({"head": bounds._head.hex(), "head_last": bounds._head_last, "tail": bounds._tail.hex(),
+                              "schema": bounds.schema.serialize().to_pybytes().hex(), "leaves": bounds.leaves,
+                              "optional": bounds.optional})
+        ids.append(seen[key])
+        scalars.append((bounds.footer_at, bounds.size, bounds.parsed_nbytes, len(bounds)))
+    meta = {"paths": list(files), "templates": templates, "template_of": ids}
+    table = np.array(scalars, np.int64).reshape(-1, 4)
+    arrays = {"fb_files": table.reshape(-1)}
+    for name in _PER_GROUP:
+        parts = [getattr(b, name) for b in files.values()]
+        dtype = np.uint8 if name == "nulls" else np.int64
+        arrays[f"fb_{name}"] = np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
+    return meta, arrays
+
+
+def bounds_from_arrays(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> dict[str, FileBounds]:
+    """`bounds_to_arrays` read back (by relative path); raises KeyError or ValueError when they do not fit."""
+    templates = []
+    for t in meta["templates"]:
+        schema = pa.ipc.read_schema(pa.py_buffer(bytes.fromhex(t["schema"])))
+        templates.append((bytes.fromhex(t["head"]), int(t["head_last"]), bytes.fromhex(t["tail"]), schema,
+                          {k: list(v) for k, v in t["leaves"].items()}, list(t["optional"])))
+    table = arrays["fb_files"].astype(np.int64).reshape(-1, 4)
+    paths = meta["paths"]
+    if len(table) != len(paths) or len(meta["template_of"]) != len(paths):
+        raise ValueError("file bounds of a snapshot do not match their paths")
+    ends = np.cumsum(table[:, 3])
+    if any(len(arrays[f"fb_{name}"]) != (ends[-1] if len(ends) else 0) for name in _PER_GROUP):
+        raise ValueError("file bounds of a snapshot do not match their row groups")
+    out: dict[str, FileBounds] = {}
+    for i, path in enumerate(paths):
+        head, head_last, tail, schema, leaves, optional = templates[meta["template_of"][i]]
+        b = FileBounds.__new__(FileBounds)
+        b.schema, b._head, b._head_last, b._tail, b.leaves, b.optional = schema, head, head_last, tail, leaves, optional
+        b.footer_at, b.size, b.parsed_nbytes = (int(v) for v in table[i, :3])
+        lo, hi = int(ends[i] - table[i, 3]), int(ends[i])
+        for name in _PER_GROUP:
+            column = arrays[f"fb_{name}"][lo:hi]
+            setattr(b, name, column.astype(np.uint8 if name == "nulls" else np.int64))
+        out[path] = b
+    return out

@@ -16,7 +16,9 @@ statistics reach the time. An encrypted stream's reads open what they return
 it is read (sealed_window.py), and a message whose values do not open answers its own error; protected
 subjects are opened for the index too (`subject_opener`).
 A file that a maintenance job replaced and vacuumed meanwhile is met as missing: the file list is read
-again and the read retried once.
+again and the read retried once. The flusher reads a file's bounds as it commits it (`learn_files`),
+and the index snapshot carries the bounds held (`file_bounds`), so reads after a restart choose row
+groups without reading footers.
 Counterpart: the block loads of server/filestore.go (`loadMsgs`, `cacheLookup`).
 """
 
@@ -41,7 +43,7 @@ from pyarrow._parquet import ParquetReader
 from engine.errors import JetStreamError
 from engine.store.base import StoredMessage
 from engine.store.layout import PARTITION_COLUMN, STREAM_SCHEMA, TableLocation
-from engine.store.parquet_footer import FileBounds
+from engine.store.parquet_footer import FileBounds, bounds_from_arrays, bounds_to_arrays
 
 log = logging.getLogger(__name__)
 
@@ -328,6 +330,21 @@ class _RowGroups:
             self._evict()
         return found
 
+    def held_files(self) -> dict[str, FileBounds]:
+        """The files whose bounds are held now, least recently used first."""
+        with self._lock:
+            return dict(self._files)
+
+    def adopt(self, path: str, bounds: FileBounds) -> None:
+        """Holds bounds made elsewhere (an index snapshot's), within the bounds' share of the budget."""
+        with self._lock:
+            if path in self._files or self._files_bytes + bounds.nbytes > self.bounds_budget:
+                return
+            self._files[path] = bounds
+            self._files_bytes += bounds.nbytes
+            self._files_parsed += bounds.parsed_nbytes
+            self._evict()
+
     def _put(self, key: tuple[str, int], value: Window, size: int) -> None:
         old = self._entries.pop(key, None)
         if old is not None:
@@ -412,6 +429,36 @@ class TableReads:
             self._point_hint = None
             self._generation += 1
         self._row_groups.clear()
+
+    # -- files' bounds -----------------------------------------------------------------------
+
+    def learn_files(self, relative: list[str]) -> None:
+        """Reads the bounds of files just written (the flusher's, still in the page cache), so that
+        neither a read nor the next start (`file_bounds`) reads their footers for them."""
+        for name in relative:
+            try:
+                self._row_groups.bounds(self.table.file(name))
+            except (OSError, ValueError) as exc:  # a read builds them then
+                log.debug("bounds of %s not read at its commit: %s", name, exc)
+
+    def file_bounds(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """The held files' bounds for an index snapshot (parquet_footer.bounds_to_arrays), by relative path."""
+        prefix = self.table.file("")
+        held = {path.removeprefix(prefix): b for path, b in self._row_groups.held_files().items()
+                if path.startswith(prefix)}
+        return bounds_to_arrays(held)
+
+    def adopt_file_bounds(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> int:
+        """Holds an index snapshot's files' bounds (a file replaced since under its name is met by its
+        size, as for bounds read from its footer); returns how many files' bounds were taken."""
+        try:
+            found = bounds_from_arrays(meta, arrays)
+        except (KeyError, ValueError, TypeError, pa.ArrowInvalid) as exc:
+            log.warning("%s: the index snapshot's file bounds do not load (%s): footers are read instead", self.table, exc)
+            return 0
+        for name, bounds in found.items():
+            self._row_groups.adopt(self.table.file(name), bounds)
+        return len(found)
 
     # -- messages -----------------------------------------------------------------------------
 

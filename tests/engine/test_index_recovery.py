@@ -13,6 +13,7 @@ from engine import EngineOptions, InboundMessage, JetStream, ManualClock
 from engine.errors import NoMessageFoundError
 from engine.store import index_file
 from engine.store.delta import DeltaStore
+from engine.store.parquet_footer import FileBounds
 
 SUBJECTS = [f"work.{i % 7}" for i in range(7)]
 
@@ -280,5 +281,77 @@ def test_a_get_by_time_after_a_restart_finds_the_first_live_message_at_or_after_
                     stream.at_or_after_time(t)
             else:
                 assert stream.at_or_after_time(t).seq == expected, t
+    finally:
+        js.close()
+
+
+def _held_bounds(js: JetStream) -> dict[str, object]:
+    store = js.stream("WORK").store
+    assert isinstance(store, DeltaStore)
+    return store.reads._row_groups.held_files()
+
+
+def _table_files(warehouse: Path) -> set[str]:
+    return {str(p) for p in (warehouse / "default" / "streams" / "WORK").rglob("*.parquet") if "_delta_log" not in p.parts}
+
+
+def test_files_bounds_are_written_at_commit_and_survive_a_restart(warehouse: Path, clock: ManualClock) -> None:
+    js = _open(warehouse, clock)
+    js.add_stream({"name": "WORK", "subjects": ["work.>"]})
+    for b in range(6):  # a commit, so a file, per batch
+        js.publish([InboundMessage(SUBJECTS[i % 7], f"{b}-{i}".encode()) for i in range(500)])
+        js.flush()
+    held = _held_bounds(js)
+    assert len(held) == 6 and set(held) == _table_files(warehouse), "each commit read its new file's bounds"
+    expected = {path: (b.lows.tolist(), b.highs.tolist(), b.last_ts.tolist(), b.size) for path, b in held.items()}  # type: ignore[attr-defined]
+    js.close()
+    meta, arrays = index_file.decode(js.layout.index_snapshot("WORK").read_bytes())
+    assert len(meta["file_bounds"]["paths"]) == len(expected)
+    footers: list[str] = []
+    read = FileBounds.read
+
+    def counted(path: str, *args: object) -> FileBounds:
+        footers.append(path)
+        return read(path, *args)  # type: ignore[arg-type]
+
+    FileBounds.read = counted  # type: ignore[method-assign,assignment]
+    again = _open(warehouse, clock)
+    try:
+        for seq in (1, 2, 800, 1500, 2999, 3000):
+            b, i = divmod(seq - 1, 500)
+            assert again.get_message("WORK", seq).data == f"{b}-{i}".encode()
+        start = again.stream("WORK").index.first_ts
+        assert again.stream("WORK").at_or_after_time(start).seq == 1
+        held = _held_bounds(again)
+        assert {path: (b.lows.tolist(), b.highs.tolist(), b.last_ts.tolist(), b.size)  # type: ignore[attr-defined]
+                for path, b in held.items()} == expected
+        assert footers == [], "reads by sequence and by time chose their row groups without a footer"
+    finally:
+        FileBounds.read = read  # type: ignore[method-assign]
+        again.close()
+
+
+def test_a_snapshot_whose_checksum_fails_leaves_bounds_to_the_footers(warehouse: Path, clock: ManualClock) -> None:
+    js = _open(warehouse, clock)
+    _fill(js)
+    before = _state(js)
+    js.close()
+    path = js.layout.index_snapshot("WORK")
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0xFF
+    path.write_bytes(bytes(data))
+    assert index_file.read(js.layout.objects, js.layout.index_snapshot_key("WORK")) is None
+    again = _open(warehouse, clock)
+    try:
+        assert _state(again) == before, "the index is rebuilt from the table"
+        assert again.get_message("WORK", 2999).data == b"5-498"
+        assert set(_held_bounds(again)) <= _table_files(warehouse)
+    finally:
+        again.close()
+    js = _open(warehouse, clock)  # the close above wrote a whole snapshot again, bounds with it
+    try:
+        meta, _ = index_file.decode(path.read_bytes())
+        assert meta["file_bounds"]["paths"]
+        assert js.get_message("WORK", 1).data == b"0-0"
     finally:
         js.close()
