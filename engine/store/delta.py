@@ -435,7 +435,8 @@ class DeltaStore:
             properties = (_writer_properties if self.sealer is None else _sealed_writer_properties)(messages)
             with commit_lease(self.layout.lease_file(self.table), timeout=lease_timeout):
                 version = self._table.append(
-                    lambda done: _slices(messages.filter(pc.greater(messages.column("seq"), done)) if done else messages),
+                    lambda done: _slices(messages.filter(pc.greater(messages.column("seq"), done)) if done
+                                         else messages),
                     self.stream_id, job.last_msg_seq, partition_by=[PARTITION_COLUMN],
                     writer_properties=lambda _: properties,
                     fence=None if self.fence_lease is None else (FENCE_APP_ID, self.fence_lease.fence()),

@@ -454,7 +454,8 @@ class TableReads:
         try:
             found = bounds_from_arrays(meta, arrays)
         except (KeyError, ValueError, TypeError, pa.ArrowInvalid) as exc:
-            log.warning("%s: the index snapshot's file bounds do not load (%s): footers are read instead", self.table, exc)
+            log.warning("%s: the index snapshot's file bounds do not load (%s): footers are read instead",
+                        self.table, exc)
             return 0
         for name, bounds in found.items():
             self._row_groups.adopt(self.table.file(name), bounds)

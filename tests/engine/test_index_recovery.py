@@ -292,7 +292,8 @@ def _held_bounds(js: JetStream) -> dict[str, object]:
 
 
 def _table_files(warehouse: Path) -> set[str]:
-    return {str(p) for p in (warehouse / "default" / "streams" / "WORK").rglob("*.parquet") if "_delta_log" not in p.parts}
+    table = warehouse / "default" / "streams" / "WORK"
+    return {str(p) for p in table.rglob("*.parquet") if "_delta_log" not in p.parts}
 
 
 def test_files_bounds_are_written_at_commit_and_survive_a_restart(warehouse: Path, clock: ManualClock) -> None:
@@ -303,7 +304,8 @@ def test_files_bounds_are_written_at_commit_and_survive_a_restart(warehouse: Pat
         js.flush()
     held = _held_bounds(js)
     assert len(held) == 6 and set(held) == _table_files(warehouse), "each commit read its new file's bounds"
-    expected = {path: (b.lows.tolist(), b.highs.tolist(), b.last_ts.tolist(), b.size) for path, b in held.items()}  # type: ignore[attr-defined]
+    expected = {path: (b.lows.tolist(), b.highs.tolist(), b.last_ts.tolist(), b.size)  # type: ignore[attr-defined]
+                for path, b in held.items()}
     js.close()
     meta, arrays = index_file.decode(js.layout.index_snapshot("WORK").read_bytes())
     assert len(meta["file_bounds"]["paths"]) == len(expected)
