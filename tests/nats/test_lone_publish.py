@@ -15,15 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import uvloop
 
 from api.nats.connection import Connection
-from api.nats.server import NatsServer
-from engine import EngineOptions, JetStream
-from engine.accounts.config import ServerConfig
-from engine.accounts.registry import Accounts
-from engine.store.objectstore import WarehouseLocation
-from tests.nats.test_single_op import _Gate, _until
+from engine import JetStream
+from tests.nats.test_single_op import run_with_door
 
 
 async def _answer(client: socket.socket) -> Any:
@@ -60,55 +55,35 @@ def _state(engine: JetStream, stream: str) -> tuple[int, int, int]:
 
 
 def test_lone_publishes_keep_every_jetstream_check(tmp_path: Path) -> None:
-    accounts = Accounts(WarehouseLocation.parse(str(tmp_path / "warehouse")), EngineOptions(), ServerConfig.open())
-    accounts.open()
+    async def scenario(conn: Connection, client: socket.socket, engine: JetStream) -> None:
+        engine.add_stream({"name": "S", "subjects": ["s"], "max_msgs": 3, "discard": "new"})
+        engine.add_stream({"name": "KV_b", "subjects": ["$KV.b.>"], "max_msgs_per_subject": 1, "discard": "new",
+                           "allow_rollup_hdrs": True, "deny_delete": True})
+        client.setblocking(False)
 
-    async def scenario() -> None:
-        door = NatsServer(accounts, port=0)
-        await door.start(_Gate())
-        client = socket.create_connection(("127.0.0.1", door.port), timeout=10)
-        try:
-            await _until(lambda: len(door.connections) == 1, "the connection")
-            conn: Connection = next(iter(door.connections.values()))
-            client.sendall(b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\nSUB _INBOX.t.* 1\r\n')
-            await _until(lambda: b"1" in conn.subs, "the inbox subscription")
-            assert conn.space is not None and conn.space.engine is not None
-            engine = conn.space.engine
-            engine.add_stream({"name": "S", "subjects": ["s"], "max_msgs": 3, "discard": "new"})
-            engine.add_stream({"name": "KV_b", "subjects": ["$KV.b.>"], "max_msgs_per_subject": 1, "discard": "new",
-                               "allow_rollup_hdrs": True, "deny_delete": True})
-            await _until(lambda: client.recv(65536) != b"", "the INFO")  # sent on accepting
-            client.setblocking(False)
+        assert await _pub(conn, client, "s", b"a") == {"stream": "S", "seq": 1}
+        assert await _pub(conn, client, "s", b"b", {"Nats-Msg-Id": "m1"}) == {"stream": "S", "seq": 2}
+        assert await _pub(conn, client, "s", b"b", {"Nats-Msg-Id": "m1"}) == {"stream": "S", "seq": 2, "duplicate": True}
+        wrong = await _pub(conn, client, "s", b"c", {"Nats-Expected-Last-Sequence": "1"})
+        assert wrong["error"]["err_code"] == 10071 and wrong["seq"] == 0
+        assert await _pub(conn, client, "s", b"c", {"Nats-Expected-Last-Sequence": "2"}) == {"stream": "S", "seq": 3}
+        full = await _pub(conn, client, "s", b"d")  # max_msgs 3, discard new: refused, takes no sequence
+        assert full["error"]["err_code"] == 10077 and "maximum messages exceeded" in full["error"]["description"]
+        assert _state(engine, "S") == (3, 1, 3)
+        assert [engine.get_message("S", seq).data for seq in (1, 2, 3)] == [b"a", b"b", b"c"]
 
-            assert await _pub(conn, client, "s", b"a") == {"stream": "S", "seq": 1}
-            assert await _pub(conn, client, "s", b"b", {"Nats-Msg-Id": "m1"}) == {"stream": "S", "seq": 2}
-            assert await _pub(conn, client, "s", b"b", {"Nats-Msg-Id": "m1"}) == {"stream": "S", "seq": 2, "duplicate": True}
-            wrong = await _pub(conn, client, "s", b"c", {"Nats-Expected-Last-Sequence": "1"})
-            assert wrong["error"]["err_code"] == 10071 and wrong["seq"] == 0
-            assert await _pub(conn, client, "s", b"c", {"Nats-Expected-Last-Sequence": "2"}) == {"stream": "S", "seq": 3}
-            full = await _pub(conn, client, "s", b"d")  # max_msgs 3, discard new: refused, takes no sequence
-            assert full["error"]["err_code"] == 10077 and "maximum messages exceeded" in full["error"]["description"]
-            assert _state(engine, "S") == (3, 1, 3)
-            assert [engine.get_message("S", seq).data for seq in (1, 2, 3)] == [b"a", b"b", b"c"]
+        # KV puts past a history of one: each removes its key's first message, the stream's first
+        # sequence follows the oldest live one.
+        for i in range(9):
+            assert await _pub(conn, client, f"$KV.b.k{i % 3}", b"v%d" % i) == {"stream": "KV_b", "seq": i + 1}
+        assert _state(engine, "KV_b") == (3, 7, 9)
+        info = engine.stream_info("KV_b", subjects_filter=">")["state"]
+        assert info["subjects"] == {"$KV.b.k0": 1, "$KV.b.k1": 1, "$KV.b.k2": 1}
+        assert [engine.get_message("KV_b", seq).data for seq in (7, 8, 9)] == [b"v6", b"v7", b"v8"]
+        # A key put twice in a row: its only older message goes, the first sequence stays.
+        assert await _pub(conn, client, "$KV.b.k1", b"v9") == {"stream": "KV_b", "seq": 10}
+        assert _state(engine, "KV_b") == (3, 7, 10)
+        engine.flush()  # the removals reach the table: a restart would find the same state
+        assert _state(engine, "KV_b") == (3, 7, 10)
 
-            # KV puts past a history of one: each removes its key's first message, the stream's first
-            # sequence follows the oldest live one.
-            for i in range(9):
-                assert await _pub(conn, client, f"$KV.b.k{i % 3}", b"v%d" % i) == {"stream": "KV_b", "seq": i + 1}
-            assert _state(engine, "KV_b") == (3, 7, 9)
-            info = engine.stream_info("KV_b", subjects_filter=">")["state"]
-            assert info["subjects"] == {"$KV.b.k0": 1, "$KV.b.k1": 1, "$KV.b.k2": 1}
-            assert [engine.get_message("KV_b", seq).data for seq in (7, 8, 9)] == [b"v6", b"v7", b"v8"]
-            # A key put twice in a row: its only older message goes, the first sequence stays.
-            assert await _pub(conn, client, "$KV.b.k1", b"v9") == {"stream": "KV_b", "seq": 10}
-            assert _state(engine, "KV_b") == (3, 7, 10)
-            engine.flush()  # the removals reach the table: a restart would find the same state
-            assert _state(engine, "KV_b") == (3, 7, 10)
-        finally:
-            client.close()
-            await door.stop()
-
-    try:
-        uvloop.run(scenario())
-    finally:
-        accounts.close()
+    run_with_door(tmp_path, scenario)
