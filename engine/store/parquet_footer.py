@@ -55,6 +55,7 @@ class FileBounds:
             raise ValueError(f"a Parquet footer of {groups} row groups walked as {len(entries)}")
         self.footer_at = footer_at
         self.size = footer_at + len(footer) + 8  # the file's length: a file rewritten in place differs
+        self.checked = True  # read from the file itself (bounds from a snapshot are checked at first use)
         self.parsed_nbytes = _PARSED_PER_BYTE * len(footer)  # the whole footer, were it kept parsed
         self.starts = np.array([footer_at + start for start, _ in entries], np.int64)
         self.ends = np.array([footer_at + end for _, end in entries], np.int64)
@@ -108,6 +109,14 @@ class FileBounds:
     def empty(self, group: int, name: str) -> bool:
         """Whether the group holds no value of the optional column `name`."""
         return name in self.optional and bool(self.nulls[group] >> self.optional.index(name) & 1)
+
+    def describes(self, file: pa.NativeFile) -> bool:
+        """Whether `file` still ends in the footer these bounds describe: its length and magic where they
+        were, its first fields as they were. Bounds kept in an index snapshot may meet a file rewritten in
+        place under its name at the same size (a size check alone passes) — two small reads, once a file."""
+        length = self.size - 8 - self.footer_at
+        return (file.read_at(8, self.size - 8) == length.to_bytes(4, "little") + MAGIC
+                and file.read_at(len(self._head), self.footer_at) == self._head)
 
     def whole_metadata(self, file: pa.NativeFile) -> pq.FileMetaData:
         """The file's whole footer, parsed: worth keeping where a table's footers all fit the cache
@@ -363,6 +372,7 @@ def bounds_from_arrays(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> d
         b = FileBounds.__new__(FileBounds)
         b.schema, b._head, b._head_last, b._tail, b.leaves, b.optional = schema, head, head_last, tail, leaves, optional
         b.footer_at, b.size, b.parsed_nbytes = (int(v) for v in table[i, :3])
+        b.checked = False
         lo, hi = int(ends[i] - table[i, 3]), int(ends[i])
         for name in _PER_GROUP:
             column = arrays[f"fb_{name}"][lo:hi]

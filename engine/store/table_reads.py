@@ -257,9 +257,10 @@ class _RowGroups:
     def read(self, path: str, bounds: FileBounds, groups: list[int], columns: list[str]) -> pa.Table:
         """`columns` of the row groups `groups` of a file, in that order, through a footer of theirs alone."""
         with self.filesystem.open_input_file(path) as file:
-            if file.size() != bounds.size:
+            if file.size() != bounds.size or not (bounds.checked or bounds.describes(file)):
                 self._drop_file(path)
                 raise FileNotFoundError(f"{path} was replaced since its footer was read")
+            bounds.checked = True
             meta = self._footer(path, bounds, file)
             if meta is None:
                 meta, groups = bounds.metadata(file, groups), list(range(len(groups)))
