@@ -26,6 +26,7 @@ import csv
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -86,6 +87,11 @@ def run_bench(cli: str, url: str, home: Path, args: list[str], csv_path: Path, t
         "clients": len(rows),
         "seconds": round(time.monotonic() - started, 2),
     }
+
+
+# A run that reads what another run writes: `nats bench kv get` reads the keys `kv put` wrote (the bucket is
+# made by the put), `js fetch` the messages the publish runs stored.
+NEEDS = {"kv_get": "kv_put", "js_fetch": "js_pub_async_1"}
 
 
 def suite(msgs: int, sync_msgs: int, kv_msgs: int) -> list[tuple[str, list[str]]]:
@@ -153,6 +159,7 @@ def main() -> int:
     runs = suite(args.msgs, args.sync_msgs, args.kv_msgs)
     if args.only:
         wanted = set(args.only.split(","))
+        wanted |= {NEEDS[label] for label in wanted if label in NEEDS}
         runs = [r for r in runs if r[0] in wanted]
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="jetlake-nats-bench-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -170,7 +177,7 @@ def main() -> int:
         spy = profile(gateway.pid, 3600, work / "jetlake-profile.svg") if args.profile else None
         results["jetlake"] = measure("jetlake", cli, f"nats://{HOST}:{nats_port}", work, runs, args.timeout, gateway.pid)
         if spy is not None:
-            spy.terminate()
+            spy.send_signal(signal.SIGINT)  # py-spy writes its flame graph on an interrupt, not on SIGTERM
             spy.wait(timeout=60)
     finally:
         stop_process(nats_proc, "nats-server")
