@@ -140,10 +140,7 @@ class SubjectTable:
     def _add_many(self, raws: list[bytes], hashes: np.ndarray) -> np.ndarray:
         """Interns distinct new names at once: one arena append, one vectorised placement."""
         first, n = self.count, len(raws)
-        if first + n + 1 > len(self._offsets):
-            self._offsets = _grown(self._offsets, first + n + 1)
-            self.msgs, self.first, self.last, self._hashes = (
-                _grown(a, first + n) for a in (self.msgs, self.first, self.last, self._hashes))
+        self._reserve(first + n)
         self._hashes[first : first + n] = hashes
         size = len(self._slot_ids)
         while (self._occupied + n + 1) * 2 > size:
@@ -208,10 +205,7 @@ class SubjectTable:
         costs tens of microseconds of set-up for one entry."""
         raw = subject.encode()
         h, sid = _hash(raw), self.count
-        if sid + 2 > len(self._offsets):
-            self._offsets = _grown(self._offsets, sid + 2)
-            self.msgs, self.first, self.last, self._hashes = (
-                _grown(a, sid + 1) for a in (self.msgs, self.first, self.last, self._hashes))
+        self._reserve(sid + 1)
         self._hashes[sid] = h
         if (self._occupied + 2) * 2 > len(self._slot_ids):
             self._rehash(2 * len(self._slot_ids))
@@ -228,6 +222,13 @@ class SubjectTable:
         self.count += 1
         self._remember(subject, sid)
         return sid
+
+    def _reserve(self, count: int) -> None:
+        """Room in the per-id columns (offsets, state, hashes) for `count` subjects."""
+        if count + 1 > len(self._offsets):
+            self._offsets = _grown(self._offsets, count + 1)
+            self.msgs, self.first, self.last, self._hashes = (
+                _grown(a, count) for a in (self.msgs, self.first, self.last, self._hashes))
 
     def _rehash(self, size: int) -> None:
         ids = self._slot_ids[self._slot_ids >= 0]

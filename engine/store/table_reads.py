@@ -450,8 +450,9 @@ class TableReads:
         return bounds_to_arrays(held)
 
     def adopt_file_bounds(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> int:
-        """Holds an index snapshot's files' bounds (a file replaced since under its name is met by its
-        size, as for bounds read from its footer); returns how many files' bounds were taken."""
+        """Holds an index snapshot's files' bounds; a file replaced since under its name is met at its first
+        read (`_RowGroups.read`: its size, then its footer's place and first fields). Returns how many
+        files' bounds were taken."""
         try:
             found = bounds_from_arrays(meta, arrays)
         except (KeyError, ValueError, TypeError, pa.ArrowInvalid) as exc:
