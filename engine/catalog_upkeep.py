@@ -63,7 +63,7 @@ class CatalogUpkeep:
         """The streams are registered: the copy is rewritten now if the start found it stale, and in the
         background whenever many marks gather from here on."""
         if rewrite:
-            self.rewrite(files_just_read=True)
+            self.rewrite()
         self.store.on_marks = self.rewrite_in_background
 
     def close(self) -> None:
@@ -73,14 +73,12 @@ class CatalogUpkeep:
         if self.enabled:
             self.rewrite()
 
-    def rewrite(self, files_just_read: bool = False) -> None:
+    def rewrite(self) -> None:
         """Rewrites the copy. The copy is a cache: a failure leaves the marks, and the next start reads
-        the marked streams' files. `files_just_read`: the start has just read the marked streams' files
-        into the registry, which the copy then takes as it is (not reading each file a second time)."""
-        build = (lambda marked: self._items(set())) if files_just_read else self._items
+        the marked streams' files."""
         try:
             started = time.monotonic()
-            if self.store.rewrite(build):
+            if self.store.rewrite(self._items):
                 log.info("catalog copy of %d streams written in %.2fs", len(self._entries()), time.monotonic() - started)
         except Exception as exc:  # noqa: BLE001 - a cache: the marks stay for the next start
             log.warning("the catalog copy was not rewritten (the next start reads the marked streams): %s", exc)
