@@ -1,7 +1,7 @@
 """Backpressure on publishers: a stream's messages held in memory until their commit stay under a bound.
 
 A file stream keeps each accepted message in memory (its row group in the buffer) until the flusher
-has committed it to the table (a commit hands it to delta-rs a slice at a time, store/delta.py). When
+has committed it to the table (a commit hands it to delta-rs a slice at a time, store/flush_commits.py). When
 publishers outrun the flusher (a 2-core machine at 200,000+ messages a second, each commit slower
 than the one before as its job grows) that memory follows the ingest rate, not the configuration:
 a 100 M-message load peaked at 1 GB. Here, once a stream holds `max_pending_bytes` (what waits in its

@@ -53,7 +53,7 @@ _REPO_ROOT = Path(__file__).resolve().parents[1]
 # is given (a session made elsewhere, or changed since, must not decide how a job writes): timestamps
 # as INT64 microseconds with UTC semantics, the type delta-rs writes and the engine reads, never
 # Spark's legacy INT96.
-# Parquet row groups as the engine's flusher writes them (engine/store/delta.py's ROW_GROUP_ROWS): at
+# Parquet row groups as the engine's flusher writes them (engine/store/flush_commits.py's ROW_GROUP_ROWS): at
 # most 1,024 rows, so a read by sequence or by subject of a compacted or rewritten file decodes as
 # little as one of a fresh file (parquet-java counts rows only with `block.row.count.limit`; the byte
 # bound below still cuts groups of large messages); no statistics on payloads (a group's footer entry

@@ -7,7 +7,7 @@ import pytest
 from deltalake import write_deltalake
 from pyspark.sql import SparkSession
 
-from engine.store.delta import ROW_GROUP_ROWS
+from engine.store.flush_commits import ROW_GROUP_ROWS
 from tests.conftest import restore_session, session_state
 
 pytestmark = pytest.mark.spark

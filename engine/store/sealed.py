@@ -44,7 +44,7 @@ from engine.store.layout import PROTECTED_STREAM_SCHEMA, SEALED_STREAM_SCHEMA, S
 from engine.store.rows import RowGroup, Rows
 from engine.store.sealed_window import SealedWindow
 
-KIND_SEALED = 4  # write-ahead log record kinds (beside rows.py's KIND_ARROW, KIND_PACKED; delta.py's KIND_REMOVE)
+KIND_SEALED = 4  # log record kinds (beside rows.py's KIND_ARROW, KIND_PACKED; removal_records.py's KIND_REMOVE)
 KIND_SEALED_PACKED = 5
 SEALED_KINDS = (KIND_SEALED, KIND_SEALED_PACKED)
 SMALL = 64  # rows.py's ARROW_FROM

@@ -15,6 +15,7 @@ from engine.errors import NoMessageFoundError
 from engine.store import index_file
 from engine.store.delta import DeltaStore
 from engine.store.parquet_footer import FileBounds
+from engine.store.stream_recovery import StreamRecovery
 
 SUBJECTS = [f"work.{i % 7}" for i in range(7)]
 
@@ -88,20 +89,20 @@ def test_a_clean_restart_reads_the_index_snapshot_not_the_table(warehouse: Path,
     meta, _ = index_file.decode(snapshot.read_bytes())
     assert meta["flushed_seq"] == 3000
     again = JetStream(warehouse, EngineOptions(), clock=clock)
-    read = DeltaStore._read_table_into
+    read = StreamRecovery._read_table_into
     reads: list[int] = []
 
-    def watched(store: DeltaStore, index: object, flushed_seq: int) -> None:
+    def watched(recovery: StreamRecovery, index: object, flushed_seq: int) -> None:
         reads.append(flushed_seq)
         rows_before = index.msgs  # type: ignore[attr-defined]
-        read(store, index, flushed_seq)  # type: ignore[arg-type]
+        read(recovery, index, flushed_seq)  # type: ignore[arg-type]
         assert index.msgs == rows_before, "nothing flushed after the snapshot, so nothing is read into the index"  # type: ignore[attr-defined]
 
-    DeltaStore._read_table_into = watched  # type: ignore[method-assign]
+    StreamRecovery._read_table_into = watched  # type: ignore[method-assign]
     try:
         again.open(start_flusher=False)
     finally:
-        DeltaStore._read_table_into = read  # type: ignore[method-assign]
+        StreamRecovery._read_table_into = read  # type: ignore[method-assign]
     try:
         store = again.stream("WORK").store
         assert isinstance(store, DeltaStore) and store.reads._files.version == -1, "not even its file list"

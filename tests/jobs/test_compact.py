@@ -12,7 +12,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from engine import JetStream, ManualClock
-from engine.store.delta import ROW_GROUP_ROWS
+from engine.store.flush_commits import ROW_GROUP_ROWS
 from jobs import compact
 from tests.conftest import reopen
 from tests.gateway import Gateway

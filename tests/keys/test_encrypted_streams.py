@@ -14,7 +14,7 @@ from deltalake import DeltaTable
 from engine import EngineOptions, JetStream, JetStreamError, ManualClock, PlainBatch, PubAck
 from engine.keys import MasterKey, MissingMasterKeyError, ValueAuthenticationError, WrongMasterKeyError
 from engine.messages import InboundMessage
-from engine.store import delta, index_file
+from engine.store import flush_commits, index_file
 from engine.store.layout import SEALED_STREAM_SCHEMA
 from engine.store.sealed import SEALED_MSG_IDS
 
@@ -189,7 +189,8 @@ def test_sealed_columns_are_written_plain_and_files_of_the_earlier_layout_still_
     dictionary and no statistics on its sealed columns. Files written before (snappy, dictionaries) sit
     in the same table and still read."""
     js = boxed[0]
-    monkeypatch.setattr(delta, "_sealed_writer_properties", delta._writer_properties)  # the earlier layout
+    earlier_layout = flush_commits.writer_properties
+    monkeypatch.setattr(flush_commits, "sealed_writer_properties", earlier_layout)
     publish_markers(js)
     js.flusher.flush()
     monkeypatch.undo()
