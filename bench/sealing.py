@@ -10,7 +10,7 @@ first:
   pub_b    batches of 1,000 with a header on every message;
   flush    the flush of what a round published (the table's Parquet files);
   consume  after both engines restarted, a pull consumer reads everything back in batches of 500.
-Then `write_<layout>`: delta.py's writer properties for the same sealed table, the plain stream's
+Then `write_<layout>`: flush_commits.py's writer properties for the same sealed table, the plain stream's
 (snappy, dictionaries) against the encrypted stream's (no dictionary, statistics or compression).
 Figures are CPU (time.process_time: user + system of this process, the writer's threads included) per
 message, the least of the rounds: on a machine shared with other work, wall time and the gateway
@@ -40,7 +40,7 @@ from deltalake import write_deltalake  # noqa: E402
 from engine import EngineOptions, JetStream, ManualClock  # noqa: E402
 from engine.keys import MasterKey  # noqa: E402
 from engine.messages import InboundMessage  # noqa: E402
-from engine.store import delta  # noqa: E402
+from engine.store import flush_commits  # noqa: E402
 from engine.store.commits import open_table  # noqa: E402
 
 KEY = MasterKey.from_config("bench-sealing-key-0123456789abcdef", "aes")
@@ -101,7 +101,7 @@ def main() -> int:
         for engine in engines.values():
             engine.close()
         log("sealed table written with each layout")
-        layouts = {"plain_layout": delta._writer_properties, "sealed_layout": delta._sealed_writer_properties}
+        layouts = {"plain_layout": flush_commits.writer_properties, "sealed_layout": flush_commits.sealed_writer_properties}
         writes: dict[str, list[float]] = {name: [] for name in layouts}
         for r in range(args.rounds):
             for name, properties in layouts.items():

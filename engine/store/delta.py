@@ -23,13 +23,7 @@ from engine.index import MessageIndex
 from engine.store.backlog import Backlog
 from engine.store.base import Recovered, Removal, StoredMessage
 from engine.store.commits import ensure_table, latest_version
-from engine.store.flush_commits import (
-    FlushCommitter,
-    FlushJob,
-    flush_table,
-    sealed_writer_properties,
-    writer_properties,
-)
+from engine.store.flush_commits import FlushCommitter, FlushJob, flush_table
 from engine.store.index_snapshots import DedupSource, IndexSnapshots
 from engine.store.layout import (
     PARTITION_COLUMN,
@@ -57,9 +51,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CACHE_BYTES = 32 * 1024 * 1024  # per stream; `jetlake serve --cache-bytes`
 LIFECYCLE_LEASE_TIMEOUT = 60.0  # how long a stream create or delete waits for a job's command on its table
-
-# bench/sealing.py times the two Parquet layouts of a commit by these names
-_writer_properties, _sealed_writer_properties = writer_properties, sealed_writer_properties
 
 
 class DeltaStore:
