@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -34,6 +35,12 @@ class Advisories:
             return
         event = {"type": event_type or TYPE + kind, "id": secrets.token_hex(11), "timestamp": rfc3339(time.time_ns()), **fields}
         self.server.send(subject, orjson.dumps(event))
+
+    def later(self, send: Callable[[], None]) -> None:
+        """Advisories of threaded calls (the API's creates, updates, deletes) are sent on the loop."""
+        loop = self.server.loop
+        if loop is not None:
+            loop.call_soon_threadsafe(send)
 
     def stream_action(self, stream: str, action: str) -> None:
         """action: create, delete or modify."""

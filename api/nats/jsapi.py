@@ -1,6 +1,7 @@
 """The JetStream API over NATS: `$JS.API.…` requests, `$JS.ACK.…` acks and `$JS.FC.…` answers.
 
-Each request subject maps to one engine call; answers are nats-server's JSON with its `type`
+Each request subject maps to one engine call (the stream requests in api/nats/stream_requests.py,
+the consumer requests in api/nats/consumer_requests.py); answers are nats-server's JSON with its `type`
 (`io.nats.jetstream.api.v1.<x>_response`) and, on failure, the engine's error as
 `{"error": {"code", "err_code", "description"}}`. Calls that write files or tables (create, update,
 delete, purge) run in a worker thread; lookups and gets answer on the loop. MSG.NEXT, DIRECT.GET and
@@ -11,26 +12,26 @@ listening (the 503 no-responders status), not a JSON error. Counterpart: server/
 from __future__ import annotations
 
 import asyncio
-import base64
 import functools
 import logging
+import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from api.nats import protocol as p
 from api.nats.acks import Acks
 from api.nats.advisories import Advisories
-from api.nats.errors import api_error, error_body, go_json_error
+from api.nats.consumer_requests import ConsumerRequests
+from api.nats.errors import api_error, error_body
 from api.nats.fetcher import Fetcher
-from api.nats.messages import DirectGets, is_count, lookup
+from api.nats.messages import DirectGets
 from api.nats.priority import PriorityGroups
 from api.nats.pull import Pulls
 from api.nats.push import PushConsumers
+from api.nats.stream_requests import StreamRequests
 from api.nats.writes import Writes
-from engine import JetStreamError, errors
-from engine.info import rfc3339
+from engine import JetStreamError
 
 if TYPE_CHECKING:
     from api.nats.subscriptions import Client, Router
@@ -41,32 +42,31 @@ log = logging.getLogger(__name__)
 
 TYPE = "io.nats.jetstream.api.v1."
 API = "$JS.API."
-NAMES_LIMIT = 1024
-LIST_LIMIT = 256
 HOUSEKEEPING = 1.0
 
 Handler = Callable[[list[str], bytes], dict[str, Any]]
 
-# $JS.API.<tokens> -> (response type, handler, whether it runs in a worker thread). Calls that write
-# files or tables run in a thread; lookups answer on the loop.
+# $JS.API.<tokens> -> (response type, handler, whether it runs in a worker thread): the handler is
+# an attribute path from the JetStreamApi. Calls that write files or tables run in a thread; lookups
+# answer on the loop.
 ROUTES: dict[tuple[str, ...], tuple[str, str, bool]] = {
     ("INFO",): ("account_info_response", "_account_info", False),
-    ("STREAM", "INFO"): ("stream_info_response", "_stream_info", False),
-    ("STREAM", "NAMES"): ("stream_names_response", "_stream_names", False),
-    ("STREAM", "LIST"): ("stream_list_response", "_stream_list", False),
-    ("STREAM", "MSG", "GET"): ("stream_msg_get_response", "_msg_get", False),
-    ("CONSUMER", "INFO"): ("consumer_info_response", "_consumer_info", False),
-    ("CONSUMER", "NAMES"): ("consumer_names_response", "_consumer_names", False),
-    ("CONSUMER", "LIST"): ("consumer_list_response", "_consumer_list", False),
-    ("STREAM", "CREATE"): ("stream_create_response", "_stream_create", True),
-    ("STREAM", "UPDATE"): ("stream_update_response", "_stream_update", True),
-    ("STREAM", "DELETE"): ("stream_delete_response", "_stream_delete", True),
-    ("STREAM", "PURGE"): ("stream_purge_response", "_stream_purge", True),
-    ("STREAM", "MSG", "DELETE"): ("stream_msg_delete_response", "_msg_delete", True),
-    ("CONSUMER", "CREATE"): ("consumer_create_response", "_consumer_create", True),
-    ("CONSUMER", "DURABLE", "CREATE"): ("consumer_create_response", "_consumer_create", True),
-    ("CONSUMER", "DELETE"): ("consumer_delete_response", "_consumer_delete", True),
-    ("CONSUMER", "UNPIN"): ("consumer_unpin_response", "_consumer_unpin", False),
+    ("STREAM", "INFO"): ("stream_info_response", "streams.info", False),
+    ("STREAM", "NAMES"): ("stream_names_response", "streams.names", False),
+    ("STREAM", "LIST"): ("stream_list_response", "streams.list_page", False),
+    ("STREAM", "MSG", "GET"): ("stream_msg_get_response", "streams.msg_get", False),
+    ("CONSUMER", "INFO"): ("consumer_info_response", "consumers.info", False),
+    ("CONSUMER", "NAMES"): ("consumer_names_response", "consumers.names", False),
+    ("CONSUMER", "LIST"): ("consumer_list_response", "consumers.list_page", False),
+    ("STREAM", "CREATE"): ("stream_create_response", "streams.create", True),
+    ("STREAM", "UPDATE"): ("stream_update_response", "streams.update", True),
+    ("STREAM", "DELETE"): ("stream_delete_response", "streams.delete", True),
+    ("STREAM", "PURGE"): ("stream_purge_response", "streams.purge", True),
+    ("STREAM", "MSG", "DELETE"): ("stream_msg_delete_response", "streams.msg_delete", True),
+    ("CONSUMER", "CREATE"): ("consumer_create_response", "consumers.create", True),
+    ("CONSUMER", "DURABLE", "CREATE"): ("consumer_create_response", "consumers.create", True),
+    ("CONSUMER", "DELETE"): ("consumer_delete_response", "consumers.delete", True),
+    ("CONSUMER", "UNPIN"): ("consumer_unpin_response", "consumers.unpin", False),
 }
 
 
@@ -93,13 +93,15 @@ class JetStreamApi:
         self.push = PushConsumers(server, engine, self.fetcher)
         self.acks = Acks(engine, self.advisories, self.writes, self.pulls)
         self.direct = DirectGets(server, engine)
+        self.streams = StreamRequests(engine, self.advisories)
+        self.consumers = ConsumerRequests(server, engine, self.advisories, self.push)
         self.total = 0
         self.errors = 0
         self._housekeeping: asyncio.Task[None] | None = None
         self._inline: dict[tuple[str, ...], tuple[str, Handler]] = {}
         self._threaded: dict[tuple[str, ...], tuple[str, Handler]] = {}
         for tokens, (kind, method, threaded) in ROUTES.items():
-            (self._threaded if threaded else self._inline)[tokens] = (kind, getattr(self, method))
+            (self._threaded if threaded else self._inline)[tokens] = (kind, operator.attrgetter(method)(self))
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -179,7 +181,7 @@ class JetStreamApi:
                 kind, handler = route
                 if threaded:
                     self._answer_in_thread(reply, kind, handler, tokens, payload)
-                elif handler == self._consumer_info and len(tokens) == 4:
+                elif handler == self.consumers.info and len(tokens) == 4:
                     answer = functools.partial(self._answer, reply, kind, handler, tokens, payload)
                     self.fetcher.after_delivery(tokens[2], tokens[3], answer)
                 else:
@@ -225,237 +227,9 @@ class JetStreamApi:
 
         loop.run_in_executor(None, run).add_done_callback(done)
 
-    # -- account and streams --------------------------------------------------------------------
+    # -- the account ---------------------------------------------------------------------------
 
     def _account_info(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
         info = self.engine.account_info()
         info["api"] = {"level": 1, "total": self.total, "errors": self.errors}
         return info
-
-    def _stream_create(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
-        name = _token(tokens, 2)
-        config = _json(payload)
-        if config.get("name") != name:
-            raise errors.stream_mismatch()
-        if "/" in name or "\\" in name:
-            raise errors.name_has_path_separators()
-        info, created = self.engine.add_stream(config)
-        if created:
-            self.advisories_later(lambda: self.advisories.stream_action(name, "create"))
-        return {**info, "did_create": True} if created else info
-
-    def _stream_update(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
-        name = _token(tokens, 2)
-        info = self.engine.update_stream(name, _json(payload))
-        self.advisories_later(lambda: self.advisories.stream_action(name, "modify"))
-        return info
-
-    def _stream_delete(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
-        name = _token(tokens, 2)
-        _empty(payload)
-        self.engine.delete_stream(name)
-        self.advisories_later(lambda: self.advisories.stream_action(name, "delete"))
-        return {"success": True}
-
-    def advisories_later(self, send: Callable[[], None]) -> None:
-        """Advisories of threaded calls are sent on the loop."""
-        loop = self.server.loop
-        if loop is not None:
-            loop.call_soon_threadsafe(send)
-
-    def _stream_info(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
-        name = _token(tokens, 2)
-        req = _json(payload, {"deleted_details", "subjects_filter", "offset"}) if payload.strip() else {}
-        subjects_filter = req.get("subjects_filter") or None
-        info = self.engine.stream_info(name, subjects_filter, _offset(req) if subjects_filter else 0)
-        return {"total": 0, "offset": 0, "limit": 0, **info}  # the engine pages the subjects as nats-server
-
-    def _stream_names(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
-        req = _json(payload, {"offset", "subject"}) if payload.strip() else {}
-        page = self.engine.stream_names(req.get("subject") or None, _offset(req), NAMES_LIMIT)
-        return {"total": page["total"], "offset": page["offset"], "limit": NAMES_LIMIT, "streams": page["streams"] or None}
-
-    def _stream_list(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
-        req = _json(payload, {"offset", "subject"}) if payload.strip() else {}
-        page = self.engine.list_streams(req.get("subject") or None, _offset(req), LIST_LIMIT)
-        return {"total": page["total"], "offset": page["offset"], "limit": LIST_LIMIT, "streams": page["streams"]}
-
-    def _stream_purge(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
-        name = _token(tokens, 2)
-        req = _json(payload, {"filter", "seq", "keep"}) if payload.strip() else {}
-        filter_, seq, keep = req.get("filter") or None, req.get("seq", 0), req.get("keep", 0)
-        if filter_ is not None and not isinstance(filter_, str):
-            raise errors.invalid_json("purge filter must be a string")
-        if not is_count(seq) or not is_count(keep):
-            raise errors.invalid_json("purge seq and keep must be non-negative integers")
-        return {"success": True, "purged": self.engine.purge(name, filter_, seq, keep)}
-
-    def _msg_get(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
-        stream = self.engine.stream(_token(tokens, 3))
-        if not payload.strip():
-            raise errors.bad_request()
-        req = _json(payload, {"seq", "last_by_subj", "next_by_subj", "start_time", "no_hdr", "batch", "max_bytes", "multi_last", "up_to_seq", "up_to_time"})
-        msg = lookup(stream, req)
-        message: dict[str, Any] = {"subject": msg.subject, "seq": msg.seq}
-        if msg.headers and not req.get("no_hdr"):
-            message["hdrs"] = base64.b64encode(p.encode_headers(msg.headers)).decode()
-        if msg.data:
-            message["data"] = base64.b64encode(msg.data).decode()
-        message["time"] = rfc3339(msg.ts)
-        return {"message": message}
-
-    def _msg_delete(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
-        name = _token(tokens, 3)
-        if not payload.strip():
-            raise errors.bad_request()
-        req = _json(payload, {"seq", "no_erase"})
-        seq = req.get("seq", 0)
-        if not is_count(seq) or seq == 0:
-            raise errors.bad_request("a message sequence must be a positive integer")
-        self.engine.delete_message(name, seq, erase=not req.get("no_erase", False))
-        return {"success": True}
-
-    # -- consumers ----------------------------------------------------------------------------
-
-    def _consumer_create(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
-        req = _json(payload, {"stream_name", "config", "action", "pedantic"})
-        config = req.get("config") or {}
-        if not isinstance(config, dict):
-            raise errors.invalid_json("json: cannot unmarshal into Go struct field CreateConsumerRequest.config")
-        config = dict(config)
-        durable = config.get("durable_name") or ""
-        if tokens[1] == "DURABLE":  # CONSUMER.DURABLE.CREATE.<stream>.<durable>
-            if len(tokens) != 5:
-                raise errors.JetStreamError(400, 10016, "consumer expected to be durable but no durable name set in subject")
-            stream, name = tokens[3], tokens[4]
-            if not durable:
-                raise errors.JetStreamError(400, 10018, "consumer expected to be durable but a durable name was not set")
-            if durable != name:
-                raise errors.JetStreamError(400, 10017, "consumer name in subject does not match durable name in request")
-            filtered = ""
-        elif len(tokens) == 3:  # legacy ephemeral: CONSUMER.CREATE.<stream>
-            stream, name, filtered = tokens[2], config.get("name") or "", ""
-            if durable:
-                raise errors.JetStreamError(400, 10020, "consumer expected to be ephemeral but a durable name was set in request")
-        else:  # CONSUMER.CREATE.<stream>.<consumer>[.<filter>]
-            stream, name, filtered = tokens[2], tokens[3], ".".join(tokens[4:])
-            if durable and durable != name:
-                raise errors.JetStreamError(400, 10017, "consumer name in subject does not match durable name in request")
-        if req.get("stream_name") != stream:
-            raise errors.stream_mismatch()
-        if "/" in name or "\\" in name:
-            raise errors.JetStreamError(400, 10127, "Consumer name can not contain path separators")
-        if name:
-            config["name"] = name
-        if filtered and config.get("filter_subjects"):
-            raise errors.JetStreamError(400, 10137, "consumer with multiple subject filters cannot use subject based API")
-        if filtered and config.get("filter_subject") != filtered:
-            raise errors.JetStreamError(400, 10131, "Consumer create request did not match filtered subject from create subject")
-        return self._create_or_update(stream, name, config, req.get("action") or "")
-
-    def _create_or_update(self, stream: str, name: str, config: dict[str, Any], action: str) -> dict[str, Any]:
-        if action not in ("", "create", "update"):
-            raise errors.invalid_json(f"unknown consumer action {action!r}")
-        target = self.engine.stream(stream)
-        exists = bool(name) and name in target.consumers
-        if action == "update" and not exists:
-            raise errors.JetStreamError(400, 10149, "consumer does not exist")
-        if exists and action != "create":
-            info = self.engine.update_consumer(stream, name, config)
-            created = False
-        else:
-            info, created = self.engine.add_consumer(stream, config)
-        consumer = target.consumers.get(info["name"])
-        if consumer is not None and consumer.config.deliver_subject:
-            loop = self.server.loop
-            if loop is not None:
-                loop.call_soon_threadsafe(self.push.ensure, stream, consumer)
-        if created:
-            self.advisories_later(lambda: self.advisories.consumer_action(stream, info["name"], "create"))
-        return info
-
-    def _consumer_info(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
-        _empty(payload)
-        return self.engine.consumer_info(_token(tokens, 2), _token(tokens, 3))
-
-    def _consumer_delete(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
-        stream, name = _token(tokens, 2), _token(tokens, 3)
-        _empty(payload)
-        self.engine.delete_consumer(stream, name)
-        self.advisories_later(lambda: self.advisories.consumer_action(stream, name, "delete"))
-        return {"success": True}
-
-    def _consumer_unpin(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
-        """CONSUMER.UNPIN.<stream>.<consumer> `{"group": G}`: the request is checked before the
-        consumer is looked up, as jsConsumerUnpinRequest checks it; the answer is the bare type."""
-        stream, name = _token(tokens, 2), _token(tokens, 3)
-        # on_unpin (`_unpinned`) announces it and wakes the pulls it held back
-        self.engine.consumers.unpin(self.engine.stream, stream, name, _unpin_group(payload))
-        return {}
-
-    def _consumer_names(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
-        req = _json(payload, {"offset"}) if payload.strip() else {}
-        offset = _offset(req)
-        target = self.engine.stream(_token(tokens, 2))
-        names = sorted(target.consumers)
-        return {"total": len(names), "offset": offset, "limit": NAMES_LIMIT, "consumers": names[offset : offset + NAMES_LIMIT]}
-
-    def _consumer_list(self, tokens: list[str], payload: bytes) -> dict[str, Any]:
-        req = _json(payload, {"offset"}) if payload.strip() else {}
-        page = self.engine.list_consumers(_token(tokens, 2), _offset(req), LIST_LIMIT)
-        return {"total": page["total"], "offset": page["offset"], "limit": LIST_LIMIT, "consumers": page["consumers"]}
-
-def _token(tokens: list[str], i: int) -> str:
-    if len(tokens) <= i or not tokens[i]:
-        raise errors.bad_request()
-    return tokens[i]
-
-
-def _json(payload: bytes, fields: set[str] | None = None) -> dict[str, Any]:
-    """A request's JSON object; unknown fields are refused as nats-server's strict decoder refuses them."""
-    try:
-        value = orjson.loads(payload) if payload.strip() else {}
-    except orjson.JSONDecodeError as exc:
-        raise errors.invalid_json(go_json_error(exc, streaming=True)) from None
-    if not isinstance(value, dict):
-        raise errors.invalid_json("json: cannot unmarshal into a request object")
-    if fields is not None:
-        unknown = set(value) - fields
-        if unknown:
-            raise errors.invalid_json(f'json: unknown field "{sorted(unknown)[0]}"')
-    return value
-
-
-def _unpin_group(payload: bytes) -> str:
-    """JSApiConsumerUnpinRequest as Go's json.Unmarshal reads it (unknown fields ignored)."""
-    try:
-        req = orjson.loads(payload)
-    except orjson.JSONDecodeError as exc:
-        raise errors.invalid_json(go_json_error(exc)) from None
-    if not isinstance(req, dict):
-        raise errors.invalid_json(f"json: cannot unmarshal {_go_type(req)} into Go value of type server.JSApiConsumerUnpinRequest")
-    group = req.get("group")
-    if group is not None and not isinstance(group, str):
-        raise errors.invalid_json(f"json: cannot unmarshal {_go_type(group)} into Go struct field JSApiConsumerUnpinRequest.group of type string")
-    return group or ""  # the engine checks the name
-
-
-def _go_type(value: Any) -> str:
-    """The JSON type's name in Go's unmarshal errors."""
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int | float):
-        return "number"
-    return {list: "array", dict: "object"}.get(type(value), "string")
-
-
-def _empty(payload: bytes) -> None:
-    if payload.strip() not in (b"", b"{}"):
-        raise errors.JetStreamError(400, 10038, "expected an empty request payload")
-
-
-def _offset(req: dict[str, Any]) -> int:
-    offset = req.get("offset", 0)
-    if not is_count(offset):
-        raise errors.invalid_json("offset must be a non-negative integer")
-    return offset
