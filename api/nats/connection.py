@@ -1,14 +1,13 @@
-"""One client connection: the protocol parser, the connection's subscriptions and its outbound buffer.
+"""One client connection: its lifecycle, its CONNECT, its subscriptions and what it publishes.
 
-An `asyncio.Protocol`, not streams: `data_received` parses every complete operation of a read in
-one loop with at most one copy per payload, and what the connection sends in one loop iteration is
-written with one `write` (the first send schedules the flush; what answers a read is written at
-the read's end, as nats-server flushes its clients after each read). The outbound buffer is bounded: past
-`MAX_PENDING` bytes, or with the socket not drained for `WRITE_DEADLINE` seconds, the client is a
-slow consumer and is closed, as nats-server closes it (no -ERR). Errors close the connection where
-nats-server's parser closes it, with its texts. The listener above it is seen through the narrow
-`Door` Protocol, and the rooms below see a connection as subscriptions.py's `Client`.
-Counterpart: server/client.go and server/parser.go.
+An `asyncio.Protocol` built in layers, one concept each, all on the one object (the hot path —
+a read's parse, a publish, a delivery — stays plain method calls on it): the outbound buffer and the
+slow-consumer checks (api/nats/outbound.py), the protocol parser above it (api/nats/parser.py), and
+this class above both, which gives the parsed operations their meaning: CONNECT and authentication
+(its options read by api/nats/connect.py), SUB/UNSUB and the MSGs delivered on them, a PUB's
+permission check and routing into the account's space, and the keep-alive PINGs. The listener above
+it is seen through the narrow `Door` Protocol, and the rooms below see a connection as
+subscriptions.py's `Client`. Counterpart: server/client.go.
 """
 
 from __future__ import annotations
@@ -19,10 +18,10 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
-import orjson
-
 from api.auth import Authenticator, AuthError, Principal
 from api.nats import protocol as p
+from api.nats.connect import log_in, read_connect
+from api.nats.parser import Listener, Parser, Pending, as_text, parse_size
 from api.nats.subscriptions import Subscription
 from engine.subjects import is_valid_publish_subject, is_valid_subject
 
@@ -34,17 +33,12 @@ log = logging.getLogger(__name__)
 PING_INTERVAL = 120.0
 MAX_PINGS_OUT = 2
 AUTH_TIMEOUT = 2.0
-WRITE_DEADLINE = 10.0
-_CREDENTIALS = ("user", "pass", "auth_token", "nkey", "jwt", "sig")
-_DEFAULTS = {"verbose": True, "pedantic": True, "echo": True, "headers": False, "no_responders": False}
 
 
-class Door(Protocol):
+class Door(Listener, Protocol):
     """What a connection needs of the listener that accepted it (api/nats/server.py's NatsServer)."""
 
     auth: Authenticator
-    max_payload: int
-    slow_consumers: int
 
     def info_for(self, conn: Connection) -> dict[str, Any]: ...
 
@@ -61,14 +55,15 @@ class Door(Protocol):
     def global_space(self) -> AccountSpace: ...
 
 
-class Connection(asyncio.Protocol):
+class Connection(Parser):
     """A client of the NATS door."""
 
+    server: Door
+
     def __init__(self, server: Door, cid: int) -> None:
+        super().__init__()
         self.server = server
         self.cid = cid
-        self.transport: asyncio.Transport | None = None
-        self.closed = False
         self.subs: dict[bytes, Subscription] = {}
         # Without authentication every client is the anonymous principal from the start, as in nats-server.
         self.principal: Principal | None = None if server.auth.required else server.auth.authenticate()
@@ -82,16 +77,7 @@ class Connection(asyncio.Protocol):
         self.protocol = 0
         self.info_confirmed = False  # the INFO with `connect_info` that follows the first PONG was sent
         self.name = ""
-        self._buf = b""
-        self._payload: tuple[bytes, str, bytes | None, int, int] | None = None  # (subject, str, reply, hdr, total)
-        self._acc: bytearray | None = None
-        self._out: list[bytes] = []
-        self._out_size = 0
-        self._flush_scheduled = False
-        self._loop: asyncio.AbstractEventLoop  # the one that accepted it (connection_made)
         self._pings_out = 0
-        self._paused_at = 0.0
-        self._timers: list[asyncio.TimerHandle] = []
         self._publish_cache: dict[str, bool] = {}
         self.nonce: str | None = None
 
@@ -121,28 +107,6 @@ class Connection(asyncio.Protocol):
         self.server.unregister(self)
         self._out.clear()
 
-    def close(self) -> None:
-        """Sends what is queued, then closes."""
-        if self.closed:
-            return
-        self._flush()
-        self.closed = True
-        if self.transport is not None:
-            self.transport.close()
-
-    def close_with_error(self, text: str) -> None:
-        self.send(p.err(text))
-        self.close()
-
-    def abort(self) -> None:
-        """Closes at once, dropping what is queued (a slow consumer)."""
-        if self.closed:
-            return
-        self.closed = True
-        self._out.clear()
-        if self.transport is not None:
-            self.transport.abort()
-
     def _auth_timeout(self) -> None:
         if not self.connected and not self.closed:
             self.close_with_error(p.AUTH_TIMEOUT)
@@ -158,46 +122,12 @@ class Connection(asyncio.Protocol):
         self._timers = [t for t in self._timers if not t.cancelled()]
         self._timers.append(asyncio.get_running_loop().call_later(PING_INTERVAL, self._ping_timer))
 
-    # -- outbound -----------------------------------------------------------------------------
+    def _on_ping(self) -> None:
+        self.send(p.PONG)
+        self.server.pinged(self)
 
-    def send(self, data: bytes) -> None:
-        """Queues bytes for this loop iteration's write; a client that does not read is dropped."""
-        if self.closed:
-            return
-        self._out.append(data)
-        self._out_size += len(data)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
-        if self._out_size > p.MAX_PENDING:
-            self._slow_consumer()
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        if not self._out or self.transport is None or self.closed:
-            return
-        data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
-        self._out = []
-        self._out_size = 0
-        self.transport.write(data)
-        if self.transport.get_write_buffer_size() > p.MAX_PENDING:
-            self._slow_consumer()
-
-    def pause_writing(self) -> None:
-        self._paused_at = time.monotonic()
-        self._timers.append(asyncio.get_running_loop().call_later(WRITE_DEADLINE, self._check_stalled))
-
-    def resume_writing(self) -> None:
-        self._paused_at = 0.0
-
-    def _check_stalled(self) -> None:
-        if self._paused_at and time.monotonic() - self._paused_at >= WRITE_DEADLINE:
-            self._slow_consumer()
-
-    def _slow_consumer(self) -> None:
-        log.warning("slow consumer: closing client %d (%s)", self.cid, self.name or "unnamed")
-        self.server.slow_consumers += 1
-        self.abort()
+    def _on_pong(self) -> None:
+        self._pings_out = 0
 
     def pause_reading(self) -> None:
         """Stops reading the socket: the client's JetStream writes queue faster than the engine takes them."""
@@ -208,189 +138,9 @@ class Connection(asyncio.Protocol):
         if self.transport is not None and not self.closed:
             self.transport.resume_reading()
 
-    @property
-    def writable(self) -> bool:
-        """Whether the kernel takes our bytes: deliveries that can wait (push, pulls) hold back when not."""
-        return not self._paused_at and not self.closed
+    # -- publishing ---------------------------------------------------------------------------
 
-    def deliver(self, sub: Subscription, subject: bytes, reply: bytes | None, hdr: bytes | None, payload: bytes) -> None:
-        """A MSG (or HMSG, if the client takes headers) on `sub`; stops a subscription at its max."""
-        if hdr is not None and self.headers:
-            size = len(hdr)
-            if reply:
-                self.send(b"HMSG %b %b %b %d %d\r\n%b%b\r\n" % (subject, sub.sid, reply, size, size + len(payload), hdr, payload))
-            else:
-                self.send(b"HMSG %b %b %d %d\r\n%b%b\r\n" % (subject, sub.sid, size, size + len(payload), hdr, payload))
-        elif reply:  # each message is formatted in one piece: no intermediate copies of the payload
-            self.send(b"MSG %b %b %b %d\r\n%b\r\n" % (subject, sub.sid, reply, len(payload), payload))
-        else:
-            self.send(b"MSG %b %b %d\r\n%b\r\n" % (subject, sub.sid, len(payload), payload))
-        sub.delivered += 1
-        if sub.max and sub.delivered >= sub.max:
-            self._unsubscribe(sub)
-
-    # -- inbound ------------------------------------------------------------------------------
-
-    def data_received(self, data: bytes) -> None:
-        if self.closed:
-            return
-        if self._acc is not None:  # a large payload arriving in pieces: gathered without re-copying
-            self._acc += data
-            assert self._payload is not None
-            if len(self._acc) < self._payload[4] + 2:
-                return
-            data, self._acc = bytes(self._acc), None
-        elif self._buf:
-            data = self._buf + data
-            self._buf = b""
-        self._flush_scheduled = True  # what this read answers (PubAcks, gets) is written at its end, below
-        try:
-            self._parse(data)
-        finally:
-            self.server.after_read(self)
-            self._flush()
-
-    def _parse(self, data: bytes) -> None:
-        pos, end = 0, len(data)
-        while pos < end and not self.closed:
-            pending = self._payload
-            if pending is not None:
-                total = pending[4]
-                stop = pos + total
-                if stop + 2 > end:
-                    if stop < end and data[stop] != 13:  # the byte after the payload must start its CRLF
-                        self.close_with_error(p.UNKNOWN_OP)
-                        return
-                    self._keep(data, pos, total)
-                    return
-                if data[stop : stop + 2] != b"\r\n":
-                    self.close_with_error(p.UNKNOWN_OP)
-                    return
-                self._payload = None
-                self._on_message(pending, data[pos:stop])
-                pos = stop + 2
-                continue
-            nl = data.find(b"\n", pos)
-            if nl < 0:
-                self._keep_line(data, pos)
-                return
-            if nl - pos > p.MAX_CONTROL_LINE:
-                self.close_with_error(p.MAX_CONTROL_LINE_TEXT)
-                return
-            line = data[pos : nl - 1] if nl > pos and data[nl - 1] == 13 else data[pos:nl]
-            pos = nl + 1
-            if line[:4] == b"PUB " and self.principal is not None:
-                # The hot path: a well-formed PUB whose payload is already here, without the general
-                # dispatch; anything unusual goes the general way and gets its answer there.
-                parts = line.split()
-                size_b = parts[-1]
-                if 3 <= len(parts) <= 4 and size_b.isdigit() and len(size_b) < 9:
-                    stop = pos + int(size_b)
-                    if stop + 2 <= end and data[stop : stop + 2] == b"\r\n" and stop - pos <= self.server.max_payload:
-                        subject_b = parts[1]
-                        if len(parts) == 3 and subject_b[:8] == b"$JS.ACK.":
-                            after = self._plain_acks(subject_b, data[pos:stop], data, stop + 2)
-                            if after >= 0:
-                                pos = after
-                                continue
-                        pending = (subject_b, subject_b.decode("utf-8", "surrogateescape"), parts[2] if len(parts) == 4 else None, -1, stop - pos)
-                        self._on_message(pending, data[pos:stop])
-                        pos = stop + 2
-                        continue
-            self._operation(line)
-
-    def _keep(self, data: bytes, pos: int, total: int) -> None:
-        rest = data[pos:]
-        if total > 65536:
-            self._acc = bytearray(rest)
-        else:
-            self._buf = rest
-
-    def _keep_line(self, data: bytes, pos: int) -> None:
-        rest = data[pos:]
-        if not p.could_be_op(rest):
-            self.close_with_error(p.UNKNOWN_OP)
-        elif len(rest) > p.MAX_CONTROL_LINE:
-            self.close_with_error(p.MAX_CONTROL_LINE_TEXT)
-        else:
-            self._buf = rest
-
-    def _operation(self, line: bytes) -> None:
-        parts = line.split()
-        if not parts:
-            self.close_with_error(p.UNKNOWN_OP)
-            return
-        op = parts[0].upper()
-        if self.principal is None and op != b"CONNECT":
-            self.close_with_error(p.AUTH_VIOLATION)
-            return
-        if op == b"PUB":
-            self._pub(parts)
-        elif op == b"HPUB":
-            self._hpub(parts)
-        elif op == b"PING":
-            self.send(p.PONG)
-            self.server.pinged(self)
-        elif op == b"PONG":
-            self._pings_out = 0
-        elif op == b"SUB":
-            self._sub(parts)
-        elif op == b"UNSUB":
-            self._unsub(parts)
-        elif op == b"CONNECT":
-            self._connect(line[len(parts[0]) :].strip())
-        elif op in (b"INFO", b"+OK"):
-            pass
-        elif op == b"-ERR":
-            self.close()
-        else:
-            self.close_with_error(p.UNKNOWN_OP)
-
-    def _args_missing(self, parts: list[bytes]) -> bool:
-        if len(parts) == 1:  # `PUB\r\n`: the parser wanted a space after the operation
-            self.close_with_error(p.UNKNOWN_OP)
-            return True
-        return False
-
-    def _pub(self, parts: list[bytes]) -> None:
-        if self._args_missing(parts):
-            return
-        if len(parts) == 3:
-            subject, reply, size_text = parts[1], None, parts[2]
-        elif len(parts) == 4:
-            subject, reply, size_text = parts[1], parts[2], parts[3]
-        else:
-            self.close()
-            return
-        size = _size(size_text)
-        if size < 0:
-            self.close()
-            return
-        if size > self.server.max_payload:
-            self.close_with_error(p.MAX_PAYLOAD)
-            return
-        self._payload = (subject, _text(subject), reply, -1, size)
-
-    def _hpub(self, parts: list[bytes]) -> None:
-        if self._args_missing(parts):
-            return
-        if len(parts) == 4:
-            subject, reply, hdr_text, size_text = parts[1], None, parts[2], parts[3]
-        elif len(parts) == 5:
-            subject, reply, hdr_text, size_text = parts[1], parts[2], parts[3], parts[4]
-        else:
-            self.close()
-            return
-        hdr, size = _size(hdr_text), _size(size_text)
-        if not self.headers or hdr < 0 or size < 0 or hdr > size:
-            self.close()
-            return
-        if size > self.server.max_payload:
-            self.close_with_error(p.MAX_PAYLOAD)
-            return
-        self._payload = (subject, _text(subject), reply, hdr, size)
-
-    def _on_message(self, pending: tuple[bytes, str, bytes | None, int, int], body: bytes) -> None:
+    def _on_message(self, pending: Pending, body: bytes) -> None:
         subject_b, subject, reply, hdr_size, _ = pending
         if self.verbose:
             self.send(p.OK)
@@ -423,7 +173,7 @@ class Connection(asyncio.Protocol):
             return -1
         principal = self.principal
         if principal is not None and principal.permissions is not None:
-            if self._may_publish(_text(subject_b)):
+            if self._may_publish(as_text(subject_b)):
                 space.plain_acks(self, ack.stream, ack.consumer, [ack.seq])
             return after
         seqs = [ack.seq]
@@ -453,6 +203,24 @@ class Connection(asyncio.Protocol):
             self.send(p.err(f'Permissions Violation for Publish to "{subject}"'))
         return allowed
 
+    # -- subscriptions ------------------------------------------------------------------------
+
+    def deliver(self, sub: Subscription, subject: bytes, reply: bytes | None, hdr: bytes | None, payload: bytes) -> None:
+        """A MSG (or HMSG, if the client takes headers) on `sub`; stops a subscription at its max."""
+        if hdr is not None and self.headers:
+            size = len(hdr)
+            if reply:
+                self.send(b"HMSG %b %b %b %d %d\r\n%b%b\r\n" % (subject, sub.sid, reply, size, size + len(payload), hdr, payload))
+            else:
+                self.send(b"HMSG %b %b %d %d\r\n%b%b\r\n" % (subject, sub.sid, size, size + len(payload), hdr, payload))
+        elif reply:  # each message is formatted in one piece: no intermediate copies of the payload
+            self.send(b"MSG %b %b %b %d\r\n%b\r\n" % (subject, sub.sid, reply, len(payload), payload))
+        else:
+            self.send(b"MSG %b %b %d\r\n%b\r\n" % (subject, sub.sid, len(payload), payload))
+        sub.delivered += 1
+        if sub.max and sub.delivered >= sub.max:
+            self._unsubscribe(sub)
+
     def _sub(self, parts: list[bytes]) -> None:
         if self._args_missing(parts):
             return
@@ -463,8 +231,8 @@ class Connection(asyncio.Protocol):
         else:
             self.close()
             return
-        subject = _text(subject_b)
-        queue = _text(queue_b) if queue_b is not None else None
+        subject = as_text(subject_b)
+        queue = as_text(queue_b) if queue_b is not None else None
         if not is_valid_subject(subject):
             self.send(p.err(p.INVALID_SUBJECT))
             return
@@ -488,7 +256,7 @@ class Connection(asyncio.Protocol):
         if len(parts) not in (2, 3):
             self.close()
             return
-        maximum = _size(parts[2]) if len(parts) == 3 else 0
+        maximum = parse_size(parts[2]) if len(parts) == 3 else 0
         if maximum < 0:
             self.close()
             return
@@ -506,38 +274,22 @@ class Connection(asyncio.Protocol):
         if self.subs.pop(sub.sid, None) is not None and self.space is not None:
             self.space.unsubscribe(sub)
 
+    # -- CONNECT ------------------------------------------------------------------------------
+
     def _peer_ip(self) -> str | None:
         peer = self.transport.get_extra_info("peername") if self.transport is not None else None
         return str(peer[0]) if peer else None
 
     def _connect(self, text: bytes) -> None:
-        try:
-            given = orjson.loads(text)
-        except orjson.JSONDecodeError:
+        options = read_connect(text)
+        if options is None:
             self.close()
             return
-        if not isinstance(given, dict):
-            self.close()
+        if isinstance(options, str):
+            self.close_with_error(options)
             return
-        opts: dict[str, Any] = {**_DEFAULTS, **given}
-        if opts.get("protocol", 0) not in (0, 1):
-            self.close_with_error(p.INVALID_PROTOCOL)
-            return
-        if opts["no_responders"] and not opts["headers"]:
-            self.close_with_error(p.NO_RESPONDERS_NEEDS_HEADERS)
-            return
-        if "account" in opts or "new_account" in opts:
-            self.close_with_error(p.AUTH_VIOLATION)
-            return
-        given_credentials = {key: opts.get(key) for key in _CREDENTIALS}
         try:
-            if any(v is not None and not isinstance(v, str) for v in given_credentials.values()):
-                raise AuthError("a credential that is not a string")
-            principal = self.server.auth.authenticate(
-                user=given_credentials["user"], password=given_credentials["pass"], token=given_credentials["auth_token"],
-                nkey=given_credentials["nkey"], jwt=given_credentials["jwt"], signature=given_credentials["sig"],
-                nonce=self.nonce, connection_type="STANDARD", client_ip=self._peer_ip(),
-            )
+            principal = log_in(self.server.auth, options, self.nonce, self._peer_ip())
         except AuthError as exc:
             self.principal = None
             if str(exc) != p.AUTH_VIOLATION:
@@ -556,14 +308,14 @@ class Connection(asyncio.Protocol):
             delay = max(principal.expires - time.time(), 0.0)
             self._timers.append(asyncio.get_running_loop().call_later(delay, self.close_with_error, p.AUTH_EXPIRED))
         self._publish_cache.clear()
-        self.verbose = bool(opts["verbose"])
-        self.pedantic = bool(opts["pedantic"])
-        self.echo = bool(opts["echo"])
-        self.headers = bool(opts["headers"])
-        self.no_responders = bool(opts["no_responders"])
-        self.name = str(opts.get("name") or "")
+        self.verbose = options.verbose
+        self.pedantic = options.pedantic
+        self.echo = options.echo
+        self.headers = options.headers
+        self.no_responders = options.no_responders
+        self.name = options.name
         self.connected = True
-        self.protocol = int(opts.get("protocol", 0))
+        self.protocol = options.protocol
         if self.verbose:
             self.send(p.OK)
 
@@ -576,14 +328,3 @@ def _no_delay(transport: asyncio.BaseTransport) -> None:
     sock = transport.get_extra_info("socket")
     if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-
-def _size(text: bytes) -> int:
-    """A non-negative decimal byte count, or -1 (nats-server's parseSize)."""
-    if not text.isdigit() or len(text) > 12:
-        return -1
-    return int(text)
-
-
-def _text(raw: bytes) -> str:
-    return raw.decode("utf-8", "surrogateescape")
