@@ -41,7 +41,7 @@ from engine.accounts.config import load as load_config
 from engine.accounts.registry import Accounts
 from engine.encryption import master_keys
 from engine.keys import KeyringError
-from engine.jetstream import DEFAULT_FLUSH_BYTES, DEFAULT_FLUSH_INTERVAL
+from engine.options import DEFAULT_FLUSH_BYTES, DEFAULT_FLUSH_INTERVAL
 from engine.backpressure import DEFAULT_MAX_PENDING_BYTES
 from engine.store.delta import DEFAULT_CACHE_BYTES
 from engine.store.backlog import DEFAULT_MAX_LOG_BYTES, DEFAULT_MAX_TOTAL_BYTES

@@ -53,3 +53,15 @@ def health_report(streams: list[Stream], flusher: Flusher, consumers: Consumers,
     if damage:
         answer["log_damage"] = damage
     return answer
+
+
+def write_refusal(opened: bool, backlog: Backlog, consumers: Consumers) -> str | None:
+    """Why the gateway as a whole takes no writes now; None when it does (a single stream may still refuse)."""
+    if not opened:
+        return "the engine is not open"
+    if backlog.total >= backlog.max_total_bytes:
+        return f"{backlog.total} unflushed bytes in the logs, the bound is {backlog.max_total_bytes}"
+    for acks in consumers.ack_stores():
+        if acks.wal.broken is not None:
+            return f"the ack log refuses writes: {acks.wal.broken}"
+    return None

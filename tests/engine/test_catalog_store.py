@@ -172,12 +172,12 @@ def test_a_damaged_copy_means_reading_every_file(warehouse: Path, clock: ManualC
 
 
 def _unopened(js: JetStream) -> set[str]:
-    return {name for name, entry in js._streams.items() if entry.stream is None}
+    return {name for name, entry in js.registry.entries.items() if entry.stream is None}
 
 
 def _exact_account_info(js: JetStream) -> dict[str, Any]:
     info = js.account_info()
-    js._open_all()
+    js.registry.open_all()
     assert js.account_info() == info, "the counters are those of the streams opened"
     return info
 

@@ -100,7 +100,7 @@ def test_a_commit_after_the_snapshot_makes_the_restart_read_the_table(warehouse:
 
 
 def _unopened(js: JetStream) -> set[str]:
-    return {name for name, entry in js._streams.items() if entry.stream is None}
+    return {name for name, entry in js.registry.entries.items() if entry.stream is None}
 
 
 def test_a_restart_leaves_idle_streams_unopened_and_first_use_opens_one_with_everything(
@@ -139,7 +139,7 @@ def test_a_restart_leaves_idle_streams_unopened_and_first_use_opens_one_with_eve
         info = again.account_info()
         assert info["streams"] == 13 and info["consumers"] == 13 and info["storage"] > 0
         assert _unopened(again) == before, "account info counts an idle stream from the catalog copy"
-        again._open_all()
+        again.registry.open_all()
         assert again.account_info() == info, "the counters are those of the streams opened"
     finally:
         again.close()
@@ -161,7 +161,7 @@ def test_a_stream_with_an_unflushed_log_after_kill_9_is_recovered_at_start_and_l
     again = open_engine(warehouse, clock)
     try:
         assert _unopened(again) == {"S0", "S3", "S1"}, "S2's log holds records: it is recovered at start"
-        stream = again._streams["S2"].stream
+        stream = again.registry.entries["S2"].stream
         assert stream is not None and (stream.index.msgs, stream.index.last_seq) == (5, 6)
         assert [again.get_message("S2", s).data for s in (4, 5, 6)] == [b"p0", b"p1", b"p2"]
         info = again.consumer_info("S1", "C")
