@@ -8,16 +8,17 @@ processing knows, with its aliases and rules, into a `ServerConfig`:
 - `authorization { users | user+password | token, default_permissions }`: users of the global
   account, which JetLake keeps under `warehouse/default` (nats-server's `$G`); the global account
   has JetStream (unlimited) when no other account is configured, as in nats-server;
-- `no_auth_user`, `system_account` (`system`), `tls {...}`, `jetstream {...}` (the server block:
+- `no_auth_user`, `system_account` (`system`), `tls {...}` (engine/accounts/tls_options.py),
+  `jetstream {...}` (the server block, and an account's, engine/accounts/jetstream_options.py:
   `store_dir` is the warehouse; `key`, `prev_key` and `cipher` are kept for encryption at rest);
 - a user entry's `token` (JetLake's extension: a bearer token for HTTP clients); user entries and
   permission blocks are read by engine/accounts/users.py;
 - operator mode (decentralized JWT auth): `operator` (a JWT or a file holding one; a list too) or
   `trusted_keys`, `resolver: MEMORY` and `resolver_preload { <account key>: <account JWT> }`, read by
-  engine/accounts/jwt.py; each preloaded account is an account named by its public key (its folder
-  too, as nats-server's store), with the JetStream limits of its JWT. Other resolvers (URL, full,
-  cache) are refused, and so are `accounts`, `authorization` and `no_auth_user` beside an operator,
-  as nats-server refuses them.
+  engine/accounts/operator_mode.py with engine/accounts/jwt.py; each preloaded account is an account
+  named by its public key (its folder too, as nats-server's store), with the JetStream limits of its
+  JWT. Other resolvers (URL, full, cache) are refused, and so are `accounts`, `authorization` and
+  `no_auth_user` beside an operator, as nats-server refuses them.
 
 Keys are case-insensitive; an unknown key is an error naming `file:line:col`; a key of nats-server's
 that JetLake has no use for (`port`, `cluster`, account `limits`, `exports`, …) is accepted with a
@@ -33,9 +34,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.accounts import jwt
+from engine.accounts.jetstream_options import JetStreamConfig, account_jetstream, server_jetstream
 from engine.accounts.limits import UNLIMITED_LIMITS, AccountLimits
+from engine.accounts.operator_mode import OPERATOR_KEYS, OperatorOptions
 from engine.accounts.permissions import Permissions
 from engine.accounts.syntax import ConfigError, Token, parse_file, parse_text
+from engine.accounts.tls_options import TlsConfig, read_tls
 from engine.accounts.users import User, UserReader, is_bcrypt
 from engine.accounts.values import Reader
 
@@ -55,19 +59,8 @@ _IGNORED_TOP = frozenset(
     "server_tags default_js_domain no_system_account allow_non_tls mappings maps jetstream_max_memory "
     "jetstream_max_store store_dir proxies".split()
 )
-_OPERATOR_KEYS = frozenset("operator operators root roots root_operator root_operators".split())
 _UNSUPPORTED_TOP = frozenset("resolver_tls default_sentinel".split())
 _IGNORED_ACCOUNT = frozenset("nkey imports exports mappings maps limits msg_trace trace_dest".split())
-_IGNORED_JETSTREAM = frozenset(
-    "strict domain extension_hint limits tpm unique_tag max_outstanding_catchup max_buffered_size "
-    "max_buffered_msgs request_queue_limit info_queue_limit meta_compact meta_compact_size "
-    "meta_compact_sync max_concurrent_io".split()
-)
-_IGNORED_TLS = frozenset(
-    "insecure verify_cert_and_check_known_urls allow_insecure_cipher_suites cipher_suites curve_preferences "
-    "timeout connection_rate_limit pinned_certs cert_store cert_match_by cert_match ca_certs_match "
-    "handshake_first first immediate cert_match_skip_invalid ocsp_peer certs certificates".split()
-)
 
 
 def wire_account(name: str) -> str:
@@ -86,29 +79,6 @@ class AccountConfig:
     jetstream: AccountLimits | None = None  # None: JetStream is off for the account
     default_permissions: Permissions | None = None
     key: str | None = field(default=None, repr=False)  # the account's own `jetstream { key, cipher }`
-    prev_key: str | None = field(default=None, repr=False)
-    cipher: str | None = None
-
-
-@dataclass(frozen=True)
-class TlsConfig:
-    cert_file: str | None = None
-    key_file: str | None = None
-    ca_file: str | None = None
-    verify: bool = False
-    verify_and_map: bool = False
-    min_version: str | None = None
-
-
-@dataclass(frozen=True)
-class JetStreamConfig:
-    """The server's `jetstream {}` block: what JetLake keeps of it."""
-
-    store_dir: str | None = None
-    max_memory_store: int | None = None
-    max_file_store: int | None = None
-    sync_always: bool | None = None
-    key: str | None = field(default=None, repr=False)
     prev_key: str | None = field(default=None, repr=False)
     cipher: str | None = None
 
@@ -182,10 +152,7 @@ class _Processor:
         self.global_default: Permissions | None = None
         self.global_jetstream: AccountLimits | None = None
         self.source: Path | None = None
-        self.operators: list[jwt.Operator] = []
-        self.trusted_keys: set[str] = set()
-        self.resolver: Token | None = None
-        self.preload: Token | None = None
+        self.operator = OperatorOptions(self.r)
         self.seen: dict[str, Token] = {}
 
     def process(self, source: Path | None) -> ServerConfig:
@@ -212,22 +179,19 @@ class _Processor:
             if name is not None:
                 self.system = (name, token)
         elif key == "jetstream":
-            self._jetstream(token)
+            jetstream = server_jetstream(self.r, token)
+            if jetstream is not None:
+                self.jetstream = jetstream
         elif key == "tls":
-            self._tls(token)
-        elif key in _OPERATOR_KEYS:
-            self._operators(token)
+            self.tls = read_tls(self.r, token)
+        elif key in OPERATOR_KEYS:
+            self.operator.read_operators(token, self.source)
         elif key in ("trusted", "trusted_keys"):
-            for item in [token] if isinstance(token.value, str) else self.r.items(token, raw):
-                key_text = self.r.string(item, raw)
-                if key_text is not None and not jwt.nkeys.is_public(key_text, "O"):
-                    self.r.error(item, f"trusted Keys {key_text!r} are not valid operator public keys")
-                elif key_text is not None:
-                    self.trusted_keys.add(key_text)
+            self.operator.read_trusted_keys(token, raw)
         elif key == "resolver":
-            self.resolver = token
+            self.operator.resolver = token
         elif key == "resolver_preload":
-            self.preload = token
+            self.operator.preload = token
         elif key in _UNSUPPORTED_TOP:
             self.r.error(token, f"{raw!r} is not supported by JetLake")
         elif key in _IGNORED_TOP:
@@ -237,59 +201,14 @@ class _Processor:
 
     # -- operator mode ---------------------------------------------------------------------------
 
-    def _operators(self, token: Token) -> None:
-        for item in [token] if isinstance(token.value, str) else self.r.items(token, "operator"):
-            text = self.r.string(item, "operator")
-            if text is None:
-                continue
-            try:
-                self.operators.append(jwt.operator(self._operator_jwt(text)))
-            except (OSError, jwt.JwtError) as exc:
-                self.r.error(item, f"error parsing operator JWT: {exc}")
-
-    def _operator_jwt(self, text: str) -> str:
-        """nats-server's readOperatorJWT: a JWT as is, else a file (as given, then beside the config)."""
-        if text.startswith("eyJ"):
-            return text
-        path = Path(text)
-        if not path.is_file() and self.source is not None and not path.is_absolute():
-            path = self.source.parent / text
-        return jwt.decorated(path.read_text())
-
     def _operator_accounts(self) -> dict[str, jwt.Account]:
-        """The preloaded account JWTs of a MEMORY resolver, each checked against the trusted operators."""
-        for key in ("accounts", "authorization", "no_auth_user"):
-            if key in self.seen:
-                self.r.error(self.seen[key], f"operators do not allow {key!r}: users and accounts come from JWTs")
-        resolver = self.resolver
-        if resolver is None:
-            self.r.error(self.seen.get("operator") or Token(None, "<config>", 0, 0), "operator mode needs a resolver: JetLake supports `resolver: MEMORY` with `resolver_preload`")
-            return {}
-        if not (isinstance(resolver.value, str) and resolver.value.upper() == "MEMORY"):
-            self.r.error(resolver, "only the MEMORY resolver (with resolver_preload) is supported by JetLake; URL, full and cache resolvers are not")
-            return {}
-        system = self.system[0] if self.system else next((o.system_account for o in self.operators if o.system_account), None)
-        found: dict[str, jwt.Account] = {}
-        for key, item in (self.preload.value.items() if self.preload is not None and isinstance(self.preload.value, dict) else ()):
-            text = self.r.string(item, key)
-            if text is None:
-                continue
-            try:
-                account = jwt.account(jwt.decorated(text), self.operators, frozenset(self.trusted_keys), system=key == system)
-            except jwt.JwtError as exc:
-                self.r.error(item, f"preloaded account {key}: {exc}")
-                continue
-            if account.key != key:
-                self.r.error(item, f"preloaded account {key}: the JWT is for {account.key}")
-                continue
-            if key == system and account.jetstream is not None:
-                self.r.error(item, f"jetstream can not be enabled on the system account {key!r}")
-                continue
-            found[key] = account
+        """The preloaded accounts join the configured ones, by public key; so does the system account."""
+        found, system = self.operator.accounts(self.seen, self.system)
+        for key, account in found.items():
             self.accounts[key] = AccountConfig(key, account.jetstream, account.default_permissions)
         if system is not None:
-            self.system = (system, self.seen.get("system_account") or self.seen.get("system") or resolver)
-            self.accounts.setdefault(system, AccountConfig(system))
+            self.system = system
+            self.accounts.setdefault(system[0], AccountConfig(system[0]))
         return found
 
     # -- authorization {} and users -------------------------------------------------------------
@@ -365,7 +284,7 @@ class _Processor:
             elif key == "default_permissions":
                 defaults = self.user_reader.permissions(value)
             elif key == "jetstream":
-                limits = self._account_jetstream(value, encryption)
+                limits = account_jetstream(self.r, value, encryption)
             elif key in _IGNORED_ACCOUNT:
                 self.r.ignored(value, key)
             else:
@@ -373,118 +292,13 @@ class _Processor:
         self.accounts[name] = AccountConfig(name, limits, defaults, **encryption)  # type: ignore[arg-type]
         self.users += users
 
-    def _account_jetstream(self, token: Token, encryption: dict[str, str | None]) -> AccountLimits | None:
-        value = token.value
-        if isinstance(value, bool):
-            return UNLIMITED_LIMITS if value else None
-        if isinstance(value, str):
-            if value.lower() in ("enabled", "enable"):
-                return UNLIMITED_LIMITS
-            if value.lower() in ("disabled", "disable"):
-                return None
-            self.r.error(token, f"Expected 'enabled' or 'disabled' for string value, got '{value}'")
-            return None
-        fields: dict[str, int | bool] = {}
-        names = {
-            "max_memory": "max_memory", "max_mem": "max_memory", "mem": "max_memory", "memory": "max_memory",
-            "max_store": "max_storage", "max_file": "max_storage", "max_disk": "max_storage",
-            "store": "max_storage", "disk": "max_storage",
-            "max_streams": "max_streams", "streams": "max_streams",
-            "max_consumers": "max_consumers", "consumers": "max_consumers",
-            "max_ack_pending": "max_ack_pending",
-            "mem_max_stream_bytes": "memory_max_stream_bytes", "memory_max_stream_bytes": "memory_max_stream_bytes",
-            "disk_max_stream_bytes": "storage_max_stream_bytes", "store_max_stream_bytes": "storage_max_stream_bytes",
-        }  # fmt: skip
-        for key, item in self.r.entries(token, "jetstream"):
-            if key in names:
-                number = self.r.integer(item, key)
-                if number is not None:
-                    fields[names[key]] = number
-            elif key in ("max_bytes_required", "max_stream_bytes", "max_bytes"):
-                flag = self.r.boolean(item, key)
-                if flag is not None:
-                    fields["max_bytes_required"] = flag
-            elif key == "cluster_traffic":
-                self.r.ignored(item, key)
-            elif not self._encryption_option(key, item, encryption):
-                self.r.unknown(item, key)
-        return AccountLimits(**fields)  # type: ignore[arg-type]
-
-    # -- jetstream {} and tls {} ----------------------------------------------------------------
-
-    def _jetstream(self, token: Token) -> None:
-        value = token.value
-        if isinstance(value, bool) or isinstance(value, str):
-            enabled = value if isinstance(value, bool) else value.lower() in ("enabled", "enable")
-            if isinstance(value, str) and value.lower() not in ("enabled", "enable", "disabled", "disable"):
-                self.r.error(token, f"Expected 'enabled' or 'disabled' for string value, got '{value}'")
-            elif not enabled:
-                self.r.error(token, "JetLake is JetStream: the jetstream block cannot disable it")
-            return
-        kept: dict[str, object] = {}
-        for key, item in self.r.entries(token, "jetstream"):
-            if key in ("store", "store_dir", "storedir"):
-                kept["store_dir"] = self.r.string(item, key)
-            elif key in ("sync", "sync_interval"):
-                kept["sync_always"] = isinstance(item.value, str) and item.value.lower() == "always"
-            elif key in ("max_memory_store", "max_mem_store", "max_mem"):
-                kept["max_memory_store"] = self.r.storage_size(item, "max_mem_store")
-            elif key in ("max_file_store", "max_file"):
-                kept["max_file_store"] = self.r.storage_size(item, "max_file_store")
-            elif self._encryption_option(key, item, kept):
-                pass
-            elif key in ("enable", "enabled"):
-                if self.r.boolean(item, key) is False:
-                    self.r.error(item, "JetLake is JetStream: the jetstream block cannot disable it")
-            elif key in _IGNORED_JETSTREAM:
-                self.r.ignored(item, key)
-            else:
-                self.r.unknown(item, key)
-        self.jetstream = JetStreamConfig(**kept)  # type: ignore[arg-type]
-
-    def _encryption_option(self, key: str, item: Token, kept: dict[str, object]) -> bool:
-        """`key`, `prev_key` and `cipher` of a `jetstream {}` block (the server's or an account's, JetLake's
-        extension); False for any other option."""
-        if key in ("key", "ek", "encryption_key"):
-            kept["key"] = self.r.string(item, key)
-        elif key in ("prev_key", "prev_ek", "prev_encryption_key"):
-            kept["prev_key"] = self.r.string(item, key)
-        elif key == "cipher":
-            cipher = self.r.string(item, key)
-            if cipher is not None and cipher.lower() not in ("chacha", "chachapoly", "aes"):
-                self.r.error(item, f"Unknown cipher type: {cipher!r}")
-            kept["cipher"] = cipher.lower() if cipher else None
-        else:
-            return False
-        return True
-
-    def _tls(self, token: Token) -> None:
-        kept: dict[str, object] = {}
-        for key, item in self.r.entries(token, "tls"):
-            if key in ("cert_file", "key_file", "ca_file", "min_version"):
-                kept[key] = self.r.string(item, key)
-            elif key in ("verify", "verify_and_map"):
-                kept[key] = self.r.boolean(item, key)
-            elif key in _IGNORED_TLS:
-                self.r.ignored(item, key)
-            else:
-                self.r.unknown(item, key, "parsing tls")
-        tls = TlsConfig(**kept)  # type: ignore[arg-type]
-        if (tls.cert_file is None) != (tls.key_file is None):
-            self.r.error(token, "missing 'cert_file' or 'key_file' in TLS configuration")
-        if tls.min_version is not None and tls.min_version not in ("1.2", "1.3"):
-            self.r.error(token, f"unsupported TLS version {tls.min_version!r}: 1.2 or 1.3")
-        if tls.verify_and_map:
-            tls = TlsConfig(tls.cert_file, tls.key_file, tls.ca_file, True, True, tls.min_version)
-        self.tls = tls
-
     # -- the whole ------------------------------------------------------------------------------
 
     def _assemble(self, source: Path | None) -> ServerConfig:
-        operator_mode = bool(self.operators or self.trusted_keys)
+        operator_mode = self.operator.active
         jwt_accounts = self._operator_accounts() if operator_mode else {}
-        if not operator_mode and (self.resolver is not None or self.preload is not None):
-            self.r.error(self.resolver or self.preload, "resolver without an operator (or trusted_keys)")  # type: ignore[arg-type]
+        if not operator_mode and (self.operator.resolver is not None or self.operator.preload is not None):
+            self.r.error(self.operator.resolver or self.operator.preload, "resolver without an operator (or trusted_keys)")  # type: ignore[arg-type]
         users = self._final_users()
         self._global_account()
         system = self._system_account()
@@ -503,8 +317,8 @@ class _Processor:
             jetstream=self.jetstream,
             source=source,
             warnings=tuple(self.r.warnings),
-            operators=tuple(self.operators),
-            trusted_keys=frozenset(self.trusted_keys),
+            operators=tuple(self.operator.operators),
+            trusted_keys=frozenset(self.operator.trusted_keys),
             jwt_accounts=jwt_accounts,
         )
 
@@ -540,7 +354,7 @@ class _Processor:
         """The global account: users outside `accounts`, JetStream on when it is the only account."""
         configured = self.accounts.get(GLOBAL_ACCOUNT)
         others = [n for n in self.accounts if n != GLOBAL_ACCOUNT and n != (self.system[0] if self.system else SYSTEM_ACCOUNT)]
-        limits = configured.jetstream if configured is not None else (None if others or self.operators or self.trusted_keys else UNLIMITED_LIMITS)
+        limits = configured.jetstream if configured is not None else (None if others or self.operator.active else UNLIMITED_LIMITS)
         defaults = configured.default_permissions if configured is not None else self.global_default
         self.accounts[GLOBAL_ACCOUNT] = AccountConfig(GLOBAL_ACCOUNT, limits, defaults)
 
