@@ -1,6 +1,6 @@
 """Where an account's keyring files live: a local folder, or objects of the warehouse's `ObjectStore`.
 
-The keyring (keyring.py, stream_keys.py) reads and writes its files through `KeyringFiles` only:
+The keyring (keyring.py, stream_key_cache.py) reads and writes its files through `KeyringFiles` only:
 - `LocalKeyringFiles`, a folder on disk (the keyring of a local warehouse, in its tree): fsynced
   appends, rewrites through a `.tmp` and a rename, and every replaced or removed file's bytes zeroed
   (keyfile.py), under a `flock`;
