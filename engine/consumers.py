@@ -160,10 +160,10 @@ class Consumers:
             config = parse_consumer_config(_config_json(stream, record))
             consumer = Consumer(stream, config, record["name"], record["consumer_id"], record["created"], record["ephemeral"])
             history = histories.pop(consumer.consumer_id, None)
-            consumer.restore(history.snapshot if history and history.snapshot else record["start"])
+            consumer.ledger.restore(history.snapshot if history and history.snapshot else record["start"])
             for event in history.events if history else []:
-                consumer.apply(event)
-            consumer.acked.clear()
+                consumer.ledger.apply(event)
+            consumer.ledger.acked.clear()
             consumer.drop_removed(np.array([s for s in consumer.state.pending if not stream.index.is_live(s)], np.int64))
             stream.consumers[consumer.name] = consumer
         with stream.lock:
@@ -288,7 +288,7 @@ class Consumers:
             "consumer_id": consumer.consumer_id,
             "created": consumer.created_ns,
             "ephemeral": consumer.ephemeral,
-            "start": consumer.snapshot(),
+            "start": consumer.state.snapshot(),
         }
         with self.changing(consumer.stream.name):
             self.layout.objects.put(self._config_key(consumer.stream.name, consumer.name), orjson.dumps(record))
@@ -453,7 +453,8 @@ class Consumers:
 
     def _retain(self, stream: Stream, consumer: Consumer) -> None:
         """Work queue: acknowledged messages leave. Interest: once nobody matching needs them."""
-        acked, consumer.acked = consumer.acked, []
+        ledger = consumer.ledger
+        acked, ledger.acked = ledger.acked, []
         if not acked or stream.config.retention == "limits":
             return
         seqs = np.array(sorted(set(acked)), np.int64)
@@ -467,14 +468,14 @@ class Consumers:
         needed = np.zeros(len(seqs), np.bool_)
         for consumer in stream.consumers.values():
             match = np.fromiter((consumer.matches(s) for s in subjects), np.bool_, len(subjects))
-            needed |= consumer.needs(seqs, match)
+            needed |= consumer.state.needs(seqs, match)
         return needed
 
     def _sweep(self, stream: Stream) -> None:
         """Interest streams: drop every message no remaining consumer needs (after a delete or restart)."""
         if stream.config.retention == "workqueue":
             seqs = stream.index.live_seqs()
-            acked = [int(s) for s in seqs if any(c.matches(stream.index.subject_of(int(s))) and c.acknowledged(int(s)) for c in stream.consumers.values())]
+            acked = [int(s) for s in seqs if any(c.matches(stream.index.subject_of(int(s))) and c.state.acknowledged(int(s)) for c in stream.consumers.values())]
             stream.remove_seqs(np.array(acked, np.int64), "workqueue")
         elif stream.config.retention == "interest":
             seqs = stream.index.live_seqs()
@@ -502,25 +503,26 @@ class Consumers:
                         log.info("removing consumer %s > %s after %.1fs inactive", stream.name, consumer.name, threshold / 1e9)
                         self._remove(stream, consumer)
                         continue
-                    rows += self._log_items(consumer, AckEvents.of(consumer.tick(now)))
+                    rows += self._log_items(consumer, AckEvents.of(consumer.ledger.tick(now)))
                     self._report_exhausted(consumer)
-                    if consumer.events_since_snapshot >= SNAPSHOT_EVERY and stream.config.storage == "file":
+                    if consumer.ledger.events_since_snapshot >= SNAPSHOT_EVERY and stream.config.storage == "file":
                         rows.append(self.snapshot_row(consumer, now))
                 ticket = self.acks_of(stream).enqueue(rows)
             self.acks_of(stream).wait(ticket)
 
     def _report_exhausted(self, consumer: Consumer) -> None:
-        exhausted, consumer.exhausted_now = consumer.exhausted_now, []
+        ledger = consumer.ledger
+        exhausted, ledger.exhausted_now = ledger.exhausted_now, []
         if exhausted and self.on_max_deliveries is not None:
             for seq, deliveries in exhausted:
                 self.on_max_deliveries(consumer.stream.name, consumer.name, seq, deliveries)
 
     def snapshot_row(self, consumer: Consumer, now: int) -> EventRow:
-        consumer.events_since_snapshot = 0
+        consumer.ledger.events_since_snapshot = 0
         st = consumer.state
         return EventRow(
             consumer.stream.name, consumer.name, consumer.consumer_id, AckEvent(SNAPSHOT, 0, 0, 0, now),
-            st.delivered_stream_seq, st.ack_floor_stream_seq, orjson.dumps(consumer.snapshot()).decode(),
+            st.delivered_stream_seq, st.ack_floor_stream_seq, orjson.dumps(consumer.state.snapshot()).decode(),
         )
 
     def flush(self, fold: bool = True, lease_timeout: float = 0) -> int:
