@@ -36,10 +36,10 @@ import orjson
 from engine import encryption, errors
 from engine.buckets import Buckets
 from engine.errors import ErrorCode, JetStreamError
-from engine.index import seq_ranges
 from engine.info import rfc3339
 from engine.kv import check_key
 from engine.objects import check_name, chunk_subject, meta_subject
+from engine.seq_ranges import seq_ranges
 from engine.store import erasures as fmt
 from engine.store import stored
 from engine.store.delta import DeltaStore

@@ -13,7 +13,8 @@ import numpy as np
 
 from engine.accepted import Accepted
 from engine.config import StreamConfig
-from engine.index import MessageIndex, merge_ranges, seq_ranges
+from engine.index import MessageIndex
+from engine.seq_ranges import merge_ranges, seq_ranges
 from engine.store.base import Removal
 from engine.store.rows import RowGroup
 

@@ -205,7 +205,7 @@ def test_settle_drops_the_copies_of_what_the_table_holds_and_reads_stay_exact(js
     dropped = js.flusher.settle()
     assert dropped > 0
     assert len(store.buffer.unflushed()) == 1 and store.buffer.nbytes == store.buffer.unflushed()[0].nbytes
-    assert stream.index._cache_used == 0 and not stream.index._cache
+    assert stream.index.details.cache_used == 0 and not stream.index.details.cache
     assert stream.last_by_subject("s.k7").data == b"unflushed"
     assert stream.get(3001).data == b"unflushed"
     assert [stream.get(seq).data for seq in (1, 1500, 3000)] == [b"0-0", b"0-1499", b"0-2999"]

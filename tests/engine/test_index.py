@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.index import MessageIndex, seq_ranges
+from engine.index import MessageIndex
+from engine.seq_ranges import seq_ranges
 
 
 def _index(subjects: list[str]) -> MessageIndex:
@@ -128,10 +129,10 @@ def test_only_the_written_blocks_histogram_is_a_dict() -> None:
         ix.append_run(seq, subjects, np.full(len(subjects), 5, np.int64), 1000 + batch)
         seq += len(subjects)
     ix.append(seq, "s.1", 5, 5000)
-    assert all(h.open is None for h in ix._hist[:-1]) and ix._hist[-1].open is not None
+    assert all(h.open is None for h in ix.blocks.hists[:-1]) and ix.blocks.hists[-1].open is not None
     everything = [f"s.{(b * 7 + k) % 90}" for b in range(40) for k in range(23)] + ["s.1"]
-    for slot, hist in enumerate(ix._hist):
-        lo = (ix._base + slot) * 64
+    for slot, hist in enumerate(ix.blocks.hists):
+        lo = (ix.blocks.base + slot) * 64
         block = [s for q, s in enumerate(everything, start=1) if lo <= q < lo + 64]
         expected = {ix.subjects.find(s): block.count(s) for s in set(block)}
         sids, counts = hist.arrays()

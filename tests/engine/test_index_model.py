@@ -170,8 +170,8 @@ def test_index_matches_the_model(seed: int, durable: bool) -> None:
         elif op < 0.9 and durable:
             for s in [s for s in table.rows if s not in model.live]:
                 del table.rows[s]  # a retention job rewrote the files
-            ix._cache.clear()
-            ix._cache_used = 0
+            ix.details.cache.clear()
+            ix.details.cache_used = 0
         elif op < 0.95 and durable and ix.flushed_upto == model.last_seq:
             arrays = ix.to_arrays()
             ix = MessageIndex.from_arrays(arrays, cache_bytes=600)
