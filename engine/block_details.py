@@ -87,6 +87,9 @@ class BlockDetails:
     `removed` is the index's set of removed sequences: rows removed before their flush leave both the
     detail and the set, so a detail read back from the table agrees with the one that was in memory."""
 
+    __slots__ = ("shift", "cache_bytes", "subjects", "removed", "loader", "time_seeker", "flushed_upto", "pinned",
+                 "cache", "cache_used")
+
     def __init__(self, shift: int, cache_bytes: int, subjects: SubjectTable, removed: SeqSet) -> None:
         self.shift = shift
         self.cache_bytes = cache_bytes

@@ -53,6 +53,17 @@ class BlockRemovals:
             self.details.drop_removed(block, seq, seq)
         return size
 
+    def many(self, seqs: np.ndarray) -> tuple[int, int]:
+        """Removes the live ones among `seqs` (sorted, unique, within the stream's bounds), block by block:
+        (messages, bytes) removed."""
+        removed = size = 0
+        cuts = np.flatnonzero(np.diff(seqs >> self.shift)) + 1
+        for part in np.split(seqs, cuts):
+            count, nbytes = self.in_block(int(part[0]) >> self.shift, part)
+            removed += count
+            size += nbytes
+        return removed, size
+
     def in_block(self, block: int, seqs: np.ndarray) -> tuple[int, int]:
         """Removes the live ones among `seqs` (sorted, unique, all in `block`): (messages, bytes) removed."""
         blocks = self.blocks

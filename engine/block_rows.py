@@ -74,6 +74,33 @@ class BlockRows:
             sizes[a:b][hit] = row_sizes[i_clipped[hit]]
         return present, sids, sizes
 
+    def live_mask(self, seqs: np.ndarray, first_seq: int, last_seq: int) -> np.ndarray:
+        """Which of `seqs` (int64) are live, vectorised; `first_seq` and `last_seq` are the stream's."""
+        if not len(seqs):
+            return np.zeros(0, np.bool_)
+        order = np.argsort(seqs, kind="stable")
+        ordered = seqs[order]
+        inside = (ordered >= max(first_seq, 1)) & (ordered <= last_seq)
+        present = np.zeros(len(seqs), np.bool_)
+        if inside.any():
+            present[inside] = self.columns(ordered[inside])[0]
+        present &= ~self.removed.mask(ordered)
+        out = np.zeros(len(seqs), np.bool_)
+        out[order] = present
+        return out
+
+    def sizes_of(self, seqs: np.ndarray) -> np.ndarray:
+        """The stored sizes of `seqs` (int64, any order), 0 for those without a row."""
+        order = np.argsort(seqs, kind="stable")
+        sizes = np.zeros(len(seqs), np.int64)
+        sizes[order] = self.columns(seqs[order])[2]
+        return sizes
+
+    def subjects_among(self, seqs: np.ndarray) -> list[str]:
+        """The distinct subjects of the stored rows of `seqs` (int64, any order)."""
+        present, sids, _ = self.columns(np.sort(seqs))
+        return self.subjects.names(np.unique(sids[present]))
+
     def seqs(self, mask: np.ndarray | None, lo: int, hi: int) -> np.ndarray:
         """Sorted live sequences in [lo, hi] whose subject `mask` selects (all when None)."""
         out: list[np.ndarray] = []

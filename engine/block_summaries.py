@@ -100,6 +100,8 @@ class BlockSummaries:
     """The summaries of blocks `base` to `stop - 1` (see the module's docstring); the arrays are read and
     updated in place by the index, whose appends and removals keep them."""
 
+    __slots__ = ("shift", "base", "live", "bytes", "first_ts", "last_ts", "hists")
+
     def __init__(self, shift: int) -> None:
         self.shift = shift
         self.base = 0  # block number of slot 0

@@ -28,12 +28,13 @@ from typing import Any
 
 import numpy as np
 
+from engine import index_arrays
 from engine.block_details import BlockDetails, Loader, TimeSeeker
 from engine.block_removals import BlockRemovals
 from engine.block_rows import BlockRows
 from engine.block_summaries import BlockSummaries
 from engine.seqset import SeqSet
-from engine.subject_counts import count_appended
+from engine.subject_counts import count_appended, counts_matching, counts_page
 from engine.subject_masks import SubjectMasks
 from engine.subject_table import SubjectTable
 
@@ -72,7 +73,7 @@ class MessageIndex:
 
     @property
     def loader(self) -> Loader | None:
-        """Reads a block's rows back from the table; None: every detail stays in memory (memory streams)."""
+        """Reads a block's rows back from the table (the store sets it); None: every detail stays in memory."""
         return self.details.loader
 
     @loader.setter
@@ -81,16 +82,12 @@ class MessageIndex:
 
     @property
     def time_seeker(self) -> TimeSeeker | None:
-        """Finds the first stored sequence in [lo, hi] stamped at or after a time that a liveness mask keeps."""
+        """Searches a block that is not in memory by time in the table (the store sets it)."""
         return self.details.time_seeker
 
     @time_seeker.setter
     def time_seeker(self, seeker: TimeSeeker | None) -> None:
         self.details.time_seeker = seeker
-
-    @property
-    def cache_bytes(self) -> int:
-        return self.details.cache_bytes
 
     @property
     def flushed_upto(self) -> int:
@@ -101,10 +98,11 @@ class MessageIndex:
     def flushed_upto(self, upto: int) -> None:
         self.details.flushed_upto = upto
 
-    # -- writes -------------------------------------------------------------------------------
+    @property
+    def cache_bytes(self) -> int:
+        return self.details.cache_bytes
 
-    def subject_id(self, subject: str) -> int:
-        return self.subjects.id(subject)
+    # -- writes -------------------------------------------------------------------------------
 
     def skip_to(self, next_seq: int) -> None:
         """Moves the next sequence to `next_seq` (purge past the end, `first_seq`); the gap holds no message."""
@@ -123,13 +121,14 @@ class MessageIndex:
         sid = self.subjects.id(subject)
         block = seq >> self._shift
         blocks = self.blocks
-        if not len(blocks.live) or block >= blocks.base + len(blocks.live):
+        live = blocks.live  # loaded once: this is every publish's path
+        if not len(live) or block >= blocks.base + len(live):
             blocks.ensure(block)
-        details = self.details
-        detail = details.pinned.get(block) or details.open(block, self.last_seq)
+            live = blocks.live
+        detail = self.details.pinned.get(block) or self.details.open(block, self.last_seq)
         detail.append(seq, sid, size, ts)
         slot = block - blocks.base
-        blocks.live[slot] += 1
+        live[slot] += 1
         blocks.bytes[slot] += size
         if detail.n == 1:
             blocks.first_ts[slot] = ts
@@ -212,13 +211,7 @@ class MessageIndex:
         seqs = seqs[(seqs >= max(self.first_seq, 1)) & (seqs <= self.last_seq)]
         if not len(seqs):
             return 0
-        removed = size = 0
-        blocks = seqs >> self._shift
-        cuts = np.flatnonzero(np.diff(blocks)) + 1
-        for part in np.split(seqs, cuts):
-            count, nbytes = self.removals.in_block(int(part[0]) >> self._shift, part)
-            removed += count
-            size += nbytes
+        removed, size = self.removals.many(seqs)
         self.msgs -= removed
         self.bytes -= size
         if removed:
@@ -336,32 +329,14 @@ class MessageIndex:
 
     def live_mask(self, seqs: np.ndarray) -> np.ndarray:
         """Which of `seqs` are live, vectorised."""
-        seqs = np.asarray(seqs, np.int64)
-        if not len(seqs):
-            return np.zeros(0, np.bool_)
-        order = np.argsort(seqs, kind="stable")
-        ordered = seqs[order]
-        inside = (ordered >= max(self.first_seq, 1)) & (ordered <= self.last_seq)
-        present = np.zeros(len(seqs), np.bool_)
-        if inside.any():
-            present[inside] = self.rows.columns(ordered[inside])[0]
-        present &= ~self.removed.mask(ordered)
-        out = np.zeros(len(seqs), np.bool_)
-        out[order] = present
-        return out
+        return self.rows.live_mask(np.asarray(seqs, np.int64), self.first_seq, self.last_seq)
 
     def sizes_of(self, seqs: np.ndarray) -> np.ndarray:
-        seqs = np.asarray(seqs, np.int64)
-        order = np.argsort(seqs, kind="stable")
-        sizes = np.zeros(len(seqs), np.int64)
-        sizes[order] = self.rows.columns(seqs[order])[2]
-        return sizes
+        return self.rows.sizes_of(np.asarray(seqs, np.int64))
 
     def subjects_among(self, seqs: np.ndarray) -> list[str]:
         """The distinct subjects of live `seqs`."""
-        seqs = np.sort(np.asarray(seqs, np.int64))
-        present, sids, _ = self.rows.columns(seqs)
-        return self.subjects.names(np.unique(sids[present]))
+        return self.rows.subjects_among(np.asarray(seqs, np.int64))
 
     # -- reads by subject -----------------------------------------------------------------------
 
@@ -373,22 +348,12 @@ class MessageIndex:
     def num_subjects(self) -> int:
         return self.subjects.live
 
-    def matching_subject_ids(self, filter_: str) -> list[int]:
-        return self.subjects.matching(filter_).tolist()  # type: ignore[no-any-return]
-
     def subjects_state(self, filter_: str) -> dict[str, int]:
-        sids = self.subjects.matching(filter_)
-        return {self.subjects.name(sid): int(self.subjects.msgs[sid]) for sid in sids.tolist()}
+        return counts_matching(self.subjects, filter_)
 
     def subjects_page(self, filter_: str, offset: int, limit: int) -> tuple[dict[str, int], int]:
-        """({subject: msgs} of the matching subjects sorted by name, from `offset`, at most `limit`), and
-        how many match in all: STREAM.INFO's subject paging."""
-        sids = self.subjects.matching(filter_)
-        total = len(sids)
-        if offset == 0 and total <= limit:
-            return {self.subjects.name(sid): int(self.subjects.msgs[sid]) for sid in sids.tolist()}, total
-        names = sorted(zip(self.subjects.names(sids), sids.tolist(), strict=True))[offset : offset + limit]
-        return {name: int(self.subjects.msgs[sid]) for name, sid in names}, total
+        """STREAM.INFO's subject paging (see subject_counts.counts_page)."""
+        return counts_page(self.subjects, filter_, offset, limit)
 
     def iter_subject_states(self) -> Iterator[tuple[str, int, int, int]]:
         return self.subjects.iter_states()
@@ -438,9 +403,6 @@ class MessageIndex:
             return np.zeros(0, np.int64)
         return self.rows.oldest_of(sid, min(count, int(self.subjects.msgs[sid])))
 
-    def oldest_in_subject(self, subject: str) -> int:
-        return self.subject_state(subject)[1]
-
     # -- reads by time, count and size ----------------------------------------------------------
 
     def seq_at_or_after_time(self, ts: int) -> int:
@@ -453,10 +415,6 @@ class MessageIndex:
         if self.msgs == 0 or self.first_ts >= ts:
             return 0
         return self.rows.last_before_time(ts)
-
-    def seqs_before_time(self, ts: int) -> np.ndarray:
-        last = self.last_seq_before_time(ts)
-        return self.live_seqs(stop=last + 1) if last else np.zeros(0, np.int64)
 
     def nth_live_seq(self, n: int) -> int:
         """The n-th oldest live sequence (1-based), 0 if there are fewer: `max_msgs` removes up to it."""
@@ -480,26 +438,17 @@ class MessageIndex:
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """The index without its details (which the table holds): summaries, subjects, removed ranges."""
-        summaries = self.blocks.to_arrays()
-        starts, ends = self.removed.to_arrays()
         scalars = [self.block_size, self.first_seq, self.last_seq, self.first_ts, self.last_ts, self.msgs,
                    self.bytes, self.blocks.base, self.flushed_upto]
-        return {
-            "scalars": np.array(scalars, np.int64),
-            **summaries,
-            "removed_starts": starts,
-            "removed_ends": ends,
-            **self.subjects.to_arrays(),
-        }
+        return index_arrays.to_arrays(scalars, self.blocks, self.removed, self.subjects)
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], cache_bytes: int = DEFAULT_CACHE_BYTES) -> MessageIndex:
-        block_size, first_seq, last_seq, first_ts, last_ts, msgs, nbytes, base, flushed = arrays["scalars"].tolist()
-        index = cls(block_size, cache_bytes, subjects=SubjectTable.from_arrays(arrays),
-                    removed=SeqSet.from_arrays(arrays["removed_starts"], arrays["removed_ends"]),
-                    blocks=BlockSummaries.from_arrays(arrays, block_size.bit_length() - 1, base))
-        index.first_seq, index.last_seq, index.first_ts, index.last_ts = first_seq, last_seq, first_ts, last_ts
-        index.msgs, index.bytes, index.flushed_upto = msgs, nbytes, flushed
+        scalars, blocks, removed, subjects = index_arrays.from_arrays(arrays)
+        index = cls(scalars["block_size"], cache_bytes, subjects=subjects, removed=removed, blocks=blocks)
+        index.first_seq, index.last_seq = scalars["first_seq"], scalars["last_seq"]
+        index.first_ts, index.last_ts = scalars["first_ts"], scalars["last_ts"]
+        index.msgs, index.bytes, index.flushed_upto = scalars["msgs"], scalars["bytes"], scalars["flushed_upto"]
         return index
 
     @property

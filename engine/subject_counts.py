@@ -2,7 +2,8 @@
 gains and loses messages, in the SubjectTable's columns (engine/subject_table.py).
 
 Counts change by arithmetic; a subject whose first or last message goes while others remain walks the
-blocks to its next or previous one (`BlockRows.next_of` / `prev_of`).
+blocks to its next or previous one (`BlockRows.next_of` / `prev_of`). STREAM.INFO reads the counts of
+the subjects a filter matches.
 """
 
 from __future__ import annotations
@@ -78,3 +79,20 @@ def uncount(
             table.first[sid] = rows.next_of(sid, int(table.first[sid]))
         if l:
             table.last[sid] = rows.prev_of(sid, int(table.last[sid]))
+
+
+def counts_matching(table: SubjectTable, filter_: str) -> dict[str, int]:
+    """{subject: live messages} of the subjects matching `filter_`."""
+    sids = table.matching(filter_)
+    return {table.name(sid): int(table.msgs[sid]) for sid in sids.tolist()}
+
+
+def counts_page(table: SubjectTable, filter_: str, offset: int, limit: int) -> tuple[dict[str, int], int]:
+    """({subject: msgs} of the matching subjects sorted by name, from `offset`, at most `limit`), and
+    how many match in all: STREAM.INFO's subject paging."""
+    sids = table.matching(filter_)
+    total = len(sids)
+    if offset == 0 and total <= limit:
+        return {table.name(sid): int(table.msgs[sid]) for sid in sids.tolist()}, total
+    names = sorted(zip(table.names(sids), sids.tolist(), strict=True))[offset : offset + limit]
+    return {name: int(table.msgs[sid]) for name, sid in names}, total
