@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import orjson
@@ -79,6 +80,11 @@ class AccountSpace:
     def after_read(self, conn: Client) -> None:
         if self.writes is not None:
             self.writes.submit(conn)
+
+    def after_writes(self, conn: Client, callback: Callable[[], None]) -> bool:
+        """`callback` once the JetStream writes `conn` sent so far are stored (api/nats/writes.py); False
+        when none is waiting."""
+        return self.writes is not None and self.writes.after_writes(conn, callback)
 
     # -- routing ------------------------------------------------------------------------------
 

@@ -123,8 +123,17 @@ class Connection(Parser):
         self._timers.append(asyncio.get_running_loop().call_later(PING_INTERVAL, self._ping_timer))
 
     def _on_ping(self) -> None:
-        self.send(p.PONG)
-        self.server.pinged(self)
+        """PONG once the publishes this client sent before the PING are stored: a client's flush then
+        means what it published is in the stream (nats-server's in-memory ingest queue drains in
+        microseconds; a write that waits for a stream's lock here can take a flush's length)."""
+        space = self.space
+        if space is None or not space.after_writes(self, self._pong):
+            self._pong()
+
+    def _pong(self) -> None:
+        if not self.closed:
+            self.send(p.PONG)
+            self.server.pinged(self)
 
     def _on_pong(self) -> None:
         self._pings_out = 0

@@ -60,11 +60,19 @@ class PlainAcks:
     seqs: list[int]
 
 
+@dataclass(slots=True)
+class Then:
+    """A point in a connection's writes: `callback` runs once every write queued before it is applied
+    and answered (a PING's PONG waits there)."""
+
+    callback: Callable[[], None]
+
+
 class _Queue:
     __slots__ = ("items", "busy", "paused")
 
     def __init__(self) -> None:
-        self.items: list[tuple[InboundMessage, bytes | None] | Ack | PlainAcks] = []
+        self.items: list[tuple[InboundMessage, bytes | None] | Ack | PlainAcks | Then] = []
         self.busy = False
         self.paused = False
 
@@ -107,6 +115,16 @@ class Writes:
             last.seqs += seqs
         else:
             items.append(PlainAcks(stream, consumer, seqs))
+
+    def after_writes(self, conn: Client, callback: Callable[[], None]) -> bool:
+        """Runs `callback` once the writes `conn` sent before now are applied and answered, so that a
+        client's flush (PING, then PONG) means its publishes are stored and visible to every connection.
+        False when none is waiting: the caller runs it at once."""
+        queue = self._queues.get(conn.cid)
+        if queue is None or not (queue.items or queue.busy):
+            return False
+        queue.items.append(Then(callback))
+        return True
 
     def forget(self, conn: Client) -> None:
         queue = self._queues.get(conn.cid)
@@ -164,6 +182,9 @@ class Writes:
     def _apply_now(self, run: list[Any]) -> bool:
         """Applies a run on the loop if the engine can do it without waiting; False: it needs a thread."""
         first = run[0]
+        if type(first) is Then:
+            first.callback()
+            return True
         if type(first) is PlainAcks:
             try:
                 if self.engine.ack_run_nowait(first.stream, first.consumer, first.seqs, "ack") is None:
@@ -213,7 +234,9 @@ class Writes:
         answers: list[Any] = []
         for run in runs:
             first = run[0]
-            if type(first) is PlainAcks:
+            if type(first) is Then:
+                answers.append(first.callback)
+            elif type(first) is PlainAcks:
                 try:
                     self.engine.ack_run(first.stream, first.consumer, first.seqs, "ack")
                 except JetStreamError:
@@ -291,12 +314,13 @@ def puback_json(result: PublishResult, subject: str, engine: JetStream) -> bytes
 
 
 def _runs(items: list[Any]) -> list[list[Any]]:
-    """Consecutive publishes, and consecutive acks of one consumer, each a run; plain acks are one already."""
+    """Consecutive publishes, and consecutive acks of one consumer, each a run; plain acks are one
+    already, and so is a `Then`."""
     runs: list[list[Any]] = []
     last_key: Any = None
     for item in items:
         kind = type(item)
-        if kind is PlainAcks:
+        if kind is PlainAcks or kind is Then:
             runs.append([item])
             last_key = item
             continue

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -87,3 +88,58 @@ def test_lone_publishes_keep_every_jetstream_check(tmp_path: Path) -> None:
         assert _state(engine, "KV_b") == (3, 7, 10)
 
     run_with_door(tmp_path, scenario)
+
+
+def test_a_flush_answers_after_the_publishes_before_it_are_stored(tmp_path: Path) -> None:
+    """`nats pub --count=10` publishes without replies and flushes (PING, PONG) before it exits; a
+    `nats stream info` right after must count all ten. Here the stream's lock is held by another thread,
+    so the publishes wait in a worker thread: the PONG waits for them, and a PING with no write
+    waiting is answered at once."""
+    async def scenario(conn: Connection, client: socket.socket, engine: JetStream) -> None:
+        engine.add_stream({"name": "S", "subjects": ["s"]})
+        client.setblocking(False)
+        held, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with engine.stream("S").lock:
+                held.set()
+                release.wait(10)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        try:
+            assert held.wait(10)
+            conn.data_received(b"PUB s 1\r\na\r\nPUB s 1\r\nb\r\nPING\r\n")
+            await asyncio.sleep(0.2)
+            assert _received(client) == b"", "a PONG before the publishes were stored"
+        finally:
+            release.set()
+            holder.join(10)
+        got = b""
+        deadline = time.monotonic() + 10
+        while b"PONG\r\n" not in got:
+            assert time.monotonic() < deadline, f"no PONG, got {got!r}"
+            got += _received(client)
+            await asyncio.sleep(0.001)
+        assert got == b"PONG\r\n" and _state(engine, "S") == (2, 1, 2)
+
+        conn.data_received(b"PING\r\n")  # nothing waiting: answered within the read (the loop is not run here)
+        got, deadline = b"", time.monotonic() + 10
+        while not got:
+            assert time.monotonic() < deadline, "no PONG"
+            got = _received(client)
+        assert got == b"PONG\r\n"
+
+    run_with_door(tmp_path, scenario)
+
+
+def _received(client: socket.socket) -> bytes:
+    """What the non-blocking client has been sent so far."""
+    data = b""
+    while True:
+        try:
+            chunk = client.recv(65536)
+        except BlockingIOError:
+            return data
+        assert chunk, "the door closed the connection"
+        data += chunk
