@@ -7,6 +7,7 @@ queue behind it, so a client's messages are stored in the order it published the
 `MAX_QUEUED` queued writes the connection stops being read until the engine catches up (nats-server
 bounds its ingest queue the same way). Answers — PubAcks, double-ack replies — follow each batch;
 applied acks are told to the callback the JetStream API gives (pulls waiting on room wake up).
+A PING takes its place among the writes (`Then`): its PONG follows the PubAcks of what came before it.
 Counterpart: the ingest path of server/stream.go (processInboundJetStreamMsg) and consumer.go
 (processAck).
 """
