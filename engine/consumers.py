@@ -241,10 +241,6 @@ class Consumers:
     def scoped(self, value: bool) -> None:
         self.stores.scoped = value
 
-    def acks_of(self, stream: Stream) -> AckStore:
-        """The ack store of a stream's events: the account's, or the stream's own in scoped mode."""
-        return self.stores.of(stream)
-
     def ack_stores(self) -> list[AckStore]:
         return self.stores.all()
 

@@ -258,10 +258,6 @@ class DeltaStore:
 
     # -- index snapshots ----------------------------------------------------------------------
 
-    def request_snapshot(self) -> None:
-        """The next flush also writes an index snapshot (on close, so the next start reads no table)."""
-        self.snapshots.request()
-
     def snapshot_if_stale(self, index: MessageIndex, dedup: DedupSource | None = None) -> None:
         """Writes an index snapshot now if messages or removals were flushed since the last one and
         nothing is waiting (the engine's close: the next start then reads no table)."""
