@@ -6,6 +6,7 @@ uvicorn on loopback, over a warehouse of its own, told by a fixed locator which 
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -23,7 +24,11 @@ from engine.accounts.registry import Accounts
 from engine.jetstream import EngineOptions
 from tests.gateway import Gateway, free_port
 
-DEAD = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+# Bound and never listening, for the module's life: a connection is refused, and no gateway of a test group
+# running in parallel can take the port (a port merely found free once was, and answered 400).
+_DEAD_SOCKET = socket.socket()
+_DEAD_SOCKET.bind(("127.0.0.1", 0))
+DEAD = f"http://127.0.0.1:{_DEAD_SOCKET.getsockname()[1]}"
 
 
 class FixedLocator:
