@@ -3,11 +3,12 @@
 A stream of a million distinct subjects (`orders.<id>`, `$KV.<bucket>.<key>`) must not cost a Python
 object per subject: a dict of a million strings is ~140 MB here, more than nats-server's whole
 process for the same stream. Names live in one byte arena (an offset per subject), the name -> id map
-is an open-addressing table of ids (int32, at most half full) probed by each id's 64-bit xxh3 hash
-(kept per id, verified against the arena on a hit), and each subject's `SimpleState` (msgs, first,
+is an open-addressing table of ids (int32, at most half full) probed by each id's hash (the low 32 bits
+of its xxh3, kept per id, verified against the arena on a hit; the offsets are uint32 while the arena
+holds under 4 GiB of names), and each subject's `SimpleState` (msgs, first,
 last) is three columns indexed by id, int32 while the stream's sequences fit in 31 bits (a stream of
 fewer than 2.1 billion messages: `fit` widens them to int64 before a larger sequence is written; a
-subject never has more messages than the stream's last sequence): about 44 bytes a subject plus its
+subject never has more messages than the stream's last sequence): about 36 bytes a subject plus its
 name. A small dict in front keeps the ids of recently used subjects, so a stream of
 a few hot subjects pays one dict lookup per message. Ids are never reused: a subject whose last
 message goes keeps its id (and state zeros), as nats-server's subject tree keeps a node until
@@ -28,14 +29,16 @@ from engine.subjects import FWC, filter_regex, is_literal
 _EMPTY = -1  # a slot never used
 _GONE = -2  # a forgotten subject's slot: lookups probe past it
 _EMPTY_HASH, _GONE_HASH = np.uint64(0), np.uint64(1)  # the same two in an index snapshot's `subject_slots`
+_HASH_BITS = 0xFFFFFFFF  # a slot position never needs more: 2**32 slots would be 16 GiB of table
+_NARROW_OFFSET_MAX = np.iinfo(np.uint32).max  # the largest arena offset the uint32 offsets hold
 _FRONT = 16384  # ids of recently used subjects kept in a plain dict (~120 B each)
 _MIN_SLOTS = 64
 _NARROW_MAX = np.iinfo(np.int32).max  # the largest sequence the int32 state columns hold
 
 
 def _hash(name: bytes) -> int:
-    """A 64-bit hash above 1 (0 marks an empty slot, 1 a forgotten one)."""
-    h = xxhash.xxh3_64_intdigest(name)
+    """A 32-bit hash above 1 (0 marks an empty slot, 1 a forgotten one)."""
+    h = xxhash.xxh3_64_intdigest(name) & _HASH_BITS
     return h if h > 1 else h + 2
 
 
@@ -44,9 +47,9 @@ class SubjectTable:
 
     def __init__(self) -> None:
         self._slot_ids = np.full(_MIN_SLOTS, _EMPTY, np.int32)  # id per slot, or _EMPTY / _GONE
-        self._hashes = np.zeros(0, np.uint64)  # hash of id i (slots hold ids only: 4 bytes a slot, not 12)
+        self._hashes = np.zeros(0, np.uint32)  # hash of id i (slots hold ids only: 4 bytes a slot, not 8)
         self._arena = bytearray()
-        self._offsets = np.zeros(1, np.int64)  # name of id i = arena[offsets[i]:offsets[i+1]]
+        self._offsets = np.zeros(1, np.uint32)  # name of id i = arena[offsets[i]:offsets[i+1]]; int64 past 4 GiB
         self.msgs = np.zeros(0, np.int32)  # int32 until `fit` sees a sequence past _NARROW_MAX
         self.first = np.zeros(0, np.int32)
         self.last = np.zeros(0, np.int32)
@@ -107,9 +110,9 @@ class SubjectTable:
 
     def _lookup_many(self, subjects: list[str]) -> np.ndarray:
         raws = [s.encode() for s in subjects]
-        hashes = np.fromiter(map(_hash, raws), np.uint64, len(raws))
+        hashes = np.fromiter(map(_hash, raws), np.uint32, len(raws))
         sids = self._probe(hashes)
-        for i in np.flatnonzero(sids >= 0).tolist():  # a 64-bit hash hit: confirm the name
+        for i in np.flatnonzero(sids >= 0).tolist():  # a hash hit: confirm the name
             if self.name_bytes(int(sids[i])) != raws[i]:
                 sids[i] = self.id(subjects[i])
         new = np.flatnonzero(sids < 0)
@@ -152,6 +155,7 @@ class SubjectTable:
         self._occupied += n
         base = len(self._arena)
         self._arena += b"".join(raws)
+        self._fit_offsets(len(self._arena))
         self._offsets[first + 1 : first + n + 1] = base + np.cumsum(np.fromiter(map(len, raws), np.int64, n))
         self.count += n
         return sids
@@ -218,6 +222,7 @@ class SubjectTable:
         self._occupied += 1
         base = len(self._arena)
         self._arena += raw
+        self._fit_offsets(base + len(raw))
         self._offsets[sid + 1] = base + len(raw)
         self.count += 1
         self._remember(subject, sid)
@@ -227,8 +232,14 @@ class SubjectTable:
         """Room in the per-id columns (offsets, state, hashes) for `count` subjects."""
         if count + 1 > len(self._offsets):
             self._offsets = _grown(self._offsets, count + 1)
+        if count > len(self.msgs):  # grown apart from the offsets: their lengths differ by one, then more
             self.msgs, self.first, self.last, self._hashes = (
                 _grown(a, count) for a in (self.msgs, self.first, self.last, self._hashes))
+
+    def _fit_offsets(self, end: int) -> None:
+        """Makes the offsets hold `end` (numpy's assignment would wrap it into uint32 silently)."""
+        if end > _NARROW_OFFSET_MAX and self._offsets.dtype != np.int64:
+            self._offsets = self._offsets.astype(np.int64)
 
     def _rehash(self, size: int) -> None:
         ids = self._slot_ids[self._slot_ids >= 0]
@@ -286,7 +297,7 @@ class SubjectTable:
     def to_arrays(self) -> dict[str, np.ndarray]:
         n = self.count
         return {
-            "subject_offsets": self._offsets[: n + 1].copy(),
+            "subject_offsets": self._offsets[: n + 1].astype(np.int64),  # the snapshot's layout stays int64
             "subject_arena": np.frombuffer(bytes(self._arena), np.uint8),
             "subject_msgs": self.msgs[:n].astype(np.int64),  # the snapshot's layout stays int64
             "subject_first": self.first[:n].astype(np.int64),
@@ -298,8 +309,9 @@ class SubjectTable:
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray]) -> SubjectTable:
         table = cls()
-        offsets = arrays["subject_offsets"].astype(np.int64, copy=False)
+        offsets = arrays["subject_offsets"]
         n = len(offsets) - 1
+        offsets = offsets.astype(np.uint32 if int(offsets[-1]) <= _NARROW_OFFSET_MAX else np.int64)
         table._arena = bytearray(arrays["subject_arena"].tobytes())
         table._offsets = offsets
         last = arrays["subject_last"]
@@ -309,26 +321,41 @@ class SubjectTable:
         table.last = last.astype(state)
         table.count = n
         table.live = int(np.count_nonzero(table.msgs > 0))
-        table._load_slots(arrays["subject_slots"].astype(np.uint64, copy=False),
+        table._load_slots(arrays["subject_slots"],
                           arrays["subject_slot_ids"].astype(np.int32, copy=False))
         table.forgotten = int(arrays["subject_forgotten"][0]) if "subject_forgotten" in arrays else 0
         return table
 
     def _snapshot_slots(self) -> dict[str, np.ndarray]:
         """The snapshot's layout of the lookup table (unchanged since it held hashes in its slots): a
-        hash per slot (0 empty, 1 forgotten) and an id per slot."""
+        hash per slot (0 empty, 1 forgotten) and an id per slot. The hashes are 32-bit (the slots were
+        uint64 when they were 64-bit: `_load_slots` reads both)."""
         used = self._slot_ids >= 0
-        slots = np.zeros(len(self._slot_ids), np.uint64)
+        slots = np.zeros(len(self._slot_ids), np.uint32)
         slots[used] = self._hashes[self._slot_ids[used]]
         slots[self._slot_ids == _GONE] = _GONE_HASH
         return {"subject_slots": slots, "subject_slot_ids": np.where(used, self._slot_ids, 0).astype(np.int32)}
 
     def _load_slots(self, slots: np.ndarray, slot_ids: np.ndarray) -> None:
         used = slots > _GONE_HASH
-        self._hashes = np.zeros(self.count, np.uint64)
+        if len(slots) and int(slots.max()) > _HASH_BITS:  # a snapshot of 64-bit hashes: narrowed, placed anew
+            self._load_wide_slots(slots[used], slot_ids[used], len(slots))
+            return
+        self._hashes = np.zeros(self.count, np.uint32)
         self._hashes[slot_ids[used]] = slots[used]
         self._slot_ids = np.where(used, slot_ids, np.where(slots == _GONE_HASH, _GONE, _EMPTY)).astype(np.int32)
         self._occupied = int(np.count_nonzero(slots != _EMPTY_HASH))
+
+    def _load_wide_slots(self, hashes: np.ndarray, ids: np.ndarray, size: int) -> None:
+        """Slots written with 64-bit hashes: an id's slot follows its hash's low bits, which a narrowed hash
+        of 0 or 1 (moved to 2 or 3) no longer gives, so the live ids are placed again (forgotten ones go)."""
+        narrow = hashes & np.uint64(_HASH_BITS)
+        narrow[narrow <= _GONE_HASH] += np.uint64(2)
+        self._hashes = np.zeros(self.count, np.uint32)
+        self._hashes[ids] = narrow.astype(np.uint32)
+        self._slot_ids = np.full(size, _EMPTY, np.int32)
+        _place_many(self._slot_ids, self._hashes[ids], ids.astype(np.int32))
+        self._occupied = len(ids)
 
 
 def _place_many(slot_ids: np.ndarray, hashes: np.ndarray, ids: np.ndarray) -> None:

@@ -10,7 +10,10 @@ import pytest
 
 from engine import EngineOptions, InboundMessage, JetStream, ManualClock
 from engine.errors import NoMessageFoundError
-from engine.subject_table import _FRONT, SubjectTable, _hash
+import xxhash
+
+from engine import subject_table
+from engine.subject_table import _FRONT, SubjectTable, _hash, _place_many
 
 
 def test_bulk_ids_survive_the_front_dict_being_cleared_during_the_lookup() -> None:
@@ -114,3 +117,61 @@ def test_state_columns_are_int32_until_a_sequence_past_31_bits_and_stay_exact_ac
     assert table.state("a.1") == (1, edge - 1, edge - 1)
     wide = SubjectTable.from_arrays(table.to_arrays())
     assert wide.last.dtype == np.int64 and wide.state("a.2") == (2, edge - 2, edge + 9)
+
+
+def test_a_snapshot_of_64_bit_hashes_loads_exactly_with_32_bit_ones() -> None:
+    """Snapshots written before the hashes were narrowed hold a 64-bit hash per slot, each id at the slot
+    its full hash's low bits give: they load into the narrow table (ids placed again) and every name
+    is found under its id, forgotten slots dropped."""
+    table = SubjectTable()
+    names = [f"orders.{i}" for i in range(5_000)]
+    ids = table.ids(names)
+    table.msgs[: table.count] = 1
+    table.msgs[ids[::4]] = 0
+    table.forget(ids[::4])
+    arrays = table.to_arrays()
+    assert arrays["subject_slots"].dtype == np.uint32 and int(arrays["subject_slots"].max()) <= 0xFFFFFFFF
+    live = [int(sid) for sid in ids if table.find(table.name(int(sid))) == int(sid)]
+    wide = np.array([max(xxhash.xxh3_64_intdigest(table.name_bytes(sid)), 2) for sid in live], np.uint64)
+    slot_ids = np.full(len(arrays["subject_slot_ids"]), -1, np.int32)
+    _place_many(slot_ids, wide, np.array(live, np.int32))  # where the old code put them
+    old = dict(arrays)
+    old["subject_slots"] = np.zeros(len(slot_ids), np.uint64)
+    old["subject_slots"][slot_ids >= 0] = wide[np.searchsorted(live, slot_ids[slot_ids >= 0])]
+    old["subject_slot_ids"] = np.maximum(slot_ids, 0)
+    loaded = SubjectTable.from_arrays(old)
+    assert loaded._hashes.dtype == np.uint32
+    assert all(loaded.find(table.name(sid)) == sid for sid in live)
+    assert loaded.find(names[0]) == -1  # forgotten
+    assert loaded.ids(names[1:400:4]).tolist() == ids[1:400:4].tolist()
+    assert loaded.id("orders.new") == table.count
+
+
+def test_name_offsets_are_uint32_and_widen_before_the_arena_passes_their_range(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The arena's offsets are uint32 (4 bytes a subject) and become int64 before an offset past their
+    range is written (numpy would wrap it silently); names stay exact across it and through a snapshot."""
+    monkeypatch.setattr(subject_table, "_NARROW_OFFSET_MAX", 1_000)
+    table = SubjectTable()
+    table.ids([f"k.{i:03d}" for i in range(100)])  # 500 bytes of names
+    assert table._offsets.dtype == np.uint32
+    table.id("single.one")
+    table.ids([f"k.{i:03d}" for i in range(100, 200)])  # past 1,000 bytes
+    assert table._offsets.dtype == np.int64
+    names = [f"k.{i:03d}" for i in range(200)] + ["single.one"]
+    for current in (table, SubjectTable.from_arrays(table.to_arrays())):
+        assert sorted(current.name(sid) for sid in range(current.count)) == sorted(names)
+        assert all(current.name(current.find(n)) == n for n in names)
+    assert SubjectTable.from_arrays(table.to_arrays())._offsets.dtype == np.int64
+
+
+def test_new_subjects_one_by_one_after_a_bulk_batch_grow_every_column() -> None:
+    """A batch of new subjects grows the offsets one longer than the per-id columns, and each growth after
+    that widened the gap: adding subjects one by one (KV puts of new keys) then reached an id the offsets
+    had room for and the per-id columns did not (an IndexError on the publish path)."""
+    table = SubjectTable()
+    table.ids([f"bulk.{i}" for i in range(1_000)])
+    table.id("one.0")
+    table.ids([f"more.{i}" for i in range(999)])
+    singles = [table.id(f"one.{i}") for i in range(1, 3_000)]
+    assert singles == list(range(2_000, 4_999))
+    assert table.find("bulk.0") == 0 and table.find("one.2999") == 4_998 and table.count == 4_999
