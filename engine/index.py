@@ -189,7 +189,7 @@ class MessageIndex:
         for part in np.split(np.arange(len(seqs)), cuts) if len(cuts) else (slice(None),):
             block = int(blocks[part][0])
             detail = self.details.open(block, self.last_seq)
-            detail.extend(seqs[part], sids[part], sizes[part], ts[part])
+            detail.extend(seqs[part], sids[part], sizes[part], ts[part], most=1 << self._shift)
             part_sizes = sizes[part]
             self.blocks.add(block, sids[part], part_sizes, ts[part], opened=detail.n == len(part_sizes))
         count_appended(self.subjects, sids, seqs)

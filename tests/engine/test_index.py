@@ -140,3 +140,15 @@ def test_only_the_written_blocks_histogram_is_a_dict() -> None:
     assert ix.count_live("s.1") == everything.count("s.1")
     ix.remove_range(1, 100)
     assert ix.count_live(">") == len(everything) - 100
+
+
+def test_runs_of_a_thousand_fill_a_block_without_room_past_its_rows() -> None:
+    """A block's detail doubles as runs arrive but stops at the block's rows: runs of a thousand took a
+    block of 8,192 rows to arrays of 16,256 (28 bytes a message of slack while unflushed)."""
+    ix = MessageIndex(block_size=8192)
+    for start in range(1, 3 * 8192, 1000):
+        ix.append_run(start, [f"k.{start + i}" for i in range(1000)], [100] * 1000, start)
+    full = [ix.details.pinned[b] for b in (1, 2)]  # block 0 starts at sequence 1: 8,191 rows
+    assert [d.n for d in full] == [8192, 8192] and [len(d.seqs) for d in full] == [8192, 8192]
+    assert ix.details.nbytes <= 28 * 4 * 8192 + 4 * 64
+    assert ix.subject_of(8192 + 5) == "k.8197" and ix.subject_of(3 * 8192 - 1000) == f"k.{3 * 8192 - 1000}"
