@@ -6,7 +6,7 @@ the log sequence number it reflects). A snapshot that is missing, from another s
 damaged is ignored: the index is then rebuilt from the table, which is always the truth.
 
     file    = magic "JLX2" | u64 payload length | 16-byte xxh3-128 of the payload | payload
-    payload = u64 body length | body compressed as one zstd frame
+    payload = u64 body length | body compressed as zstd frames (the header's, then one an array)
     body    = u32 header length | header JSON | array bytes, in header order
     header  = {"meta": {...}, "arrays": [[name, dtype, length, stored dtype, base], ...]}
 
@@ -43,15 +43,22 @@ _NARROW = [np.dtype(t) for t in ("i1", "u1", "i2", "u2", "i4", "u4", "i8")]
 
 
 def encode(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> bytes:
+    """The snapshot's bytes. Each array is packed and compressed on its own, as a zstd frame of the body
+    (concatenated frames decompress as one), so the body is never whole in memory: with a million
+    subjects, joining it and its copies took the flush's memory ~100 MB above the index's."""
+    codec = pa.Codec("zstd", _ZSTD_LEVEL)
     specs: list[list[Any]] = []
-    parts: list[bytes] = []
+    frames: list[bytes] = []
+    body_len = 0
     for name, array in arrays.items():
         stored, base = _packed(np.ascontiguousarray(array))
         specs.append([name, array.dtype.str, int(array.size), stored.dtype.str, base])
-        parts.append(stored.tobytes())
+        if stored.nbytes:
+            frames.append(codec.compress(stored, asbytes=True))
+            body_len += stored.nbytes
     header = orjson.dumps({"meta": meta, "arrays": specs})
-    body = b"".join([_LEN.pack(len(header)), header, *parts])
-    payload = _RAW_LEN.pack(len(body)) + pa.Codec("zstd", _ZSTD_LEVEL).compress(body, asbytes=True)
+    head = _LEN.pack(len(header)) + header
+    payload = b"".join([_RAW_LEN.pack(body_len + len(head)), codec.compress(head, asbytes=True), *frames])
     return _HEAD.pack(MAGIC, len(payload), xxhash.xxh3_128_digest(payload)) + payload
 
 

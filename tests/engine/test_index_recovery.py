@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import xxhash
 from deltalake import DeltaTable
 
 from engine import EngineOptions, InboundMessage, JetStream, ManualClock
@@ -246,6 +248,35 @@ def test_a_compressed_snapshot_keeps_every_array_exact() -> None:
     for name, array in arrays.items():
         assert out[name].dtype == array.dtype and out[name].tolist() == array.tolist(), name
         assert out[name].flags.writeable
+
+
+def test_a_snapshot_of_one_zstd_frame_reads_as_one_of_a_frame_an_array() -> None:
+    """Snapshots are written as a zstd frame per array (the body is never whole in memory); those written
+    before, the whole body in one frame, read back the same, as do damaged frames fail the same."""
+    arrays = {"seqs": np.arange(1, 200_001, dtype=np.int64), "names": np.frombuffer(b"a.b" * 1000, np.uint8),
+              "ids": (np.arange(200_000) % 977).astype(np.int32), "none": np.zeros(0, np.int64)}
+    framed = index_file.encode({"k": 2}, arrays)
+    meta, out = index_file.decode(framed)
+    header = orjson.dumps({"meta": meta, "arrays": _specs(framed)})
+    body = index_file._LEN.pack(len(header)) + header + b"".join(
+        index_file._packed(a)[0].tobytes() for a in arrays.values())
+    payload = index_file._RAW_LEN.pack(len(body)) + pa.Codec("zstd", 3).compress(body, asbytes=True)
+    single = index_file._HEAD.pack(index_file.MAGIC, len(payload), xxhash.xxh3_128_digest(payload)) + payload
+    assert single != framed and index_file.plain_bytes(single) == index_file.plain_bytes(framed) == body
+    meta_single, out_single = index_file.decode(single)
+    assert meta_single == meta == {"k": 2}
+    for name, array in arrays.items():
+        assert out[name].tolist() == out_single[name].tolist() == array.tolist(), name
+    cut = bytearray(framed)
+    cut[-3] ^= 0xFF
+    with pytest.raises(ValueError, match="damaged"):
+        index_file.decode(bytes(cut))
+
+
+def _specs(data: bytes) -> list:
+    body = index_file.plain_bytes(data)
+    (length,) = index_file._LEN.unpack_from(body, 0)
+    return orjson.loads(body[index_file._LEN.size : index_file._LEN.size + length])["arrays"]
 
 
 def test_a_get_by_time_after_a_restart_finds_the_first_live_message_at_or_after_it(warehouse: Path,
