@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 ACKS = "_system/acks"
 LEASE_HELD = "commit lease held by another process (a maintenance job); retried at the next flush"
 _RELOAD_BACKOFF_MAX = 30.0
-HEAP_RELEASE_SECONDS = 5.0  # during a write load freed memory goes back this often (engine/heap.py)
+HEAP_RELEASE_SECONDS = 1.0  # during a write load freed memory goes back this often: each commit round (engine/heap.py)
 SETTLE_SECONDS = 2.0  # this long without a commit after some: the write load ended, its caches go (`settle`)
 IDLE_RELEASE_SECONDS = 30.0  # without commits (reads only) freed memory still goes back this often
 

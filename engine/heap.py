@@ -5,13 +5,16 @@ Arrow's jemalloc pool (engine/store/rows.py picks it: decoded row groups, publis
 reference cycles, Python's cyclic collector, which the gateway runs rarely. This module is the one place
 that tunes or calls them:
 - `collect_rarely` (once the gateway has started) freezes what it holds and raises the thresholds;
-- `keep_freed_memory` (at startup) lets glibc keep up to 64 MiB of freed memory in at most two arenas
+- `keep_freed_memory` (at startup) lets glibc keep up to 16 MiB of freed memory in at most two arenas
   (a heap per thread of the pool left each its own free pages), so a megabyte request
-  body allocated and freed many times a second is not handed back and faulted in page by page; and
+  body allocated and freed many times a second is not handed back and faulted in page by page
+  (64 MiB kept 30-50 MB more above the live heap right after a load of a million subjects); makes
+  Arrow's jemalloc hand freed pages back within 0.1 s instead of over its default decay (after a flush
+  of a million subjects it kept the flush's ~57 MB of table buffers resident for seconds); and
   keeps numpy's arrays off transparent huge pages (numpy asks for them on every array of 4 MB and
   more; where the kernel grants them only on request, as here, the heap ranges such arrays leave were
   refilled 2 MB at a time: 40-90 MB of huge pages after a load of a million subjects, 10-16 without);
-- `release` (the flusher: every few seconds during a write load, now and then otherwise) gives free
+- `release` (the flusher: after each commit round of a write load, now and then otherwise) gives free
   pages back: `malloc_trim` for glibc, `release_unused` for Arrow's pool;
 - `settle` (the flusher, once a write load ends) collects cycles first, then releases.
 nats-server's counterpart is Go's garbage collector and scavenger, which return memory on their own.
@@ -35,13 +38,18 @@ import pyarrow as pa
 from numpy._core import multiarray as np_multiarray
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8  # glibc mallopt parameters
-KEEP_FREED_BYTES = 64 * 1024 * 1024
+KEEP_FREED_BYTES = 16 * 1024 * 1024
 MMAP_THRESHOLD_BYTES = 64 * 1024 * 1024
 ARENA_MAX = 2
 # delta-rs's jemalloc hands a commit's freed pages back at once rather than over its 10 s decay: the
 # commit runs on the flusher's thread, where the madvise costs the publishers nothing, and the RSS after a
 # flush no longer carries the commit's peak (20-40 MB for a flush of a million subjects).
 RUST_JEMALLOC_CONF = "dirty_decay_ms:0,muzzy_decay_ms:0"
+# Arrow's jemalloc decays freed pages over 0.1 s (dirty, then lazily freed "muzzy" ones, which still count
+# in the RSS) rather than its default of a second; jemalloc decays as the process allocates, and
+# `release` purges the rest. The pages a publish load reuses at once stay: 0 cost the NATS door's async
+# publishes ~1.5 us of CPU a message, 100 nothing measurable. Applies to the arenas made after it is set.
+ARROW_DECAY_MS = 100
 os.environ.setdefault("_RJEM_MALLOC_CONF", RUST_JEMALLOC_CONF)  # read when deltalake's module first allocates
 
 
@@ -63,12 +71,14 @@ _released_at = -math.inf  # monotonic time of the last release
 def keep_freed_memory() -> bool:
     """Request bodies of a megabyte, allocated and freed many times a second: glibc would hand each back
     to the kernel (munmap, heap trim) and fault it in again page by page, which costs a third of the
-    gateway's CPU on a VM. Keeps up to 64 MiB of freed memory for reuse (`release` still hands it back
-    when the flusher asks); numpy's arrays stay on small pages
+    gateway's CPU on a VM. Keeps up to 16 MiB of freed memory for reuse (`release` still hands it back
+    when the flusher asks); Arrow's pool returns what it frees within 0.1 s; numpy's arrays stay on small pages
     (NUMPY_MADVISE_HUGEPAGE=1 overrides). MALLOC_* variables override glibc's part. True if the glibc
     policy was applied."""
     if os.environ.get("NUMPY_MADVISE_HUGEPAGE") is None:
         np_multiarray._set_madvise_hugepage(False)
+    if pa.default_memory_pool().backend_name == "jemalloc":
+        pa.jemalloc_set_decay_ms(ARROW_DECAY_MS)
     if _LIBC is None or any(name.startswith("MALLOC_") for name in os.environ):
         return False
     _LIBC.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
