@@ -32,10 +32,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from engine.errors import JetStreamError
+from engine.keys import crypto
 from engine.keys.errors import ValueAuthenticationError
 from engine.keys.keyfile import is_stream_id
 from engine.keys.nonces import NONCE_SIZE
@@ -67,7 +66,7 @@ class DataKey:
             raise ValueError("a data key is 32 bytes with an id below 2^32")
         self.key_id = key_id
         self.ref = key_ref(key_id)
-        self.aead = AESGCM(key)
+        self.aead = crypto.AESGCM(key)
 
 
 def associated_data(stream_id: str, seq: int, field: str, subject: str = "") -> bytes:
@@ -166,7 +165,7 @@ def open_batch(values: Payloads, aads: Sequence[bytes], key_for: Callable[[int],
             continue
         try:
             opened.values[i] = key.aead.decrypt(view[HEADER_SIZE:PREFIX_SIZE], view[PREFIX_SIZE:], aads[i])
-        except InvalidTag:
+        except crypto.InvalidTag:
             opened.errors[i] = ValueAuthenticationError()
     for i in np.flatnonzero(valid & (lengths < OVERHEAD)).tolist():
         opened.errors[i] = ValueAuthenticationError("not an encrypted value of a known layout")
@@ -193,7 +192,7 @@ def open_value(value: memoryview | bytes, aad: bytes, keys: dict[bytes, DataKey 
         raise key
     try:
         return key.aead.decrypt(value[HEADER_SIZE:PREFIX_SIZE], value[PREFIX_SIZE:], aad)
-    except InvalidTag:
+    except crypto.InvalidTag:
         raise ValueAuthenticationError() from None
 
 

@@ -10,10 +10,8 @@ import hmac
 import os
 from functools import lru_cache
 
-from cryptography.exceptions import InvalidTag
-
 from engine.clock import Clock
-from engine.keys import keyfile
+from engine.keys import crypto, keyfile
 from engine.keys.cipher import DATA_KEY_SIZE
 from engine.keys.errors import KeyringCorruptError
 from engine.keys.keyfile import KeyRecord
@@ -34,7 +32,7 @@ class KeyWrapping:
     def unwrap(self, record: KeyRecord) -> bytes:
         try:
             return self._keys.kek.unwrap(record.wrapped, keyfile.key_aad(self.account, self.stream_id, record))
-        except InvalidTag:
+        except crypto.InvalidTag:
             raise KeyringCorruptError(f"{self._path}: key {record.key_id} does not unwrap (tampered)") from None
 
     def compute_tag(self, prefix: str) -> bytes:

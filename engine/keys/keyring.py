@@ -28,10 +28,8 @@ import os
 import threading
 from pathlib import Path
 
-from cryptography.exceptions import InvalidTag
-
 from engine.clock import Clock, SystemClock
-from engine.keys import keyfile
+from engine.keys import crypto, keyfile
 from engine.keys.errors import KeyDestroyedError, KeyringCorruptError, WrongMasterKeyError
 from engine.keys.keyfile import HEADER_NAME, NEW_SUFFIX, STREAM_SUFFIX, TMP_SUFFIX, Header
 from engine.keys.master import KEY_ENV, AccountKeys, MasterKey
@@ -189,7 +187,7 @@ def _unlock(header: Header, mac: bytes, master: MasterKey, where: str) -> Accoun
     try:
         if keys.kek.unwrap(header.check, _check_aad(header.account)) != CHECK:
             return None
-    except InvalidTag:
+    except crypto.InvalidTag:
         return None
     if not hmac.compare_digest(keyfile.header_mac(keys.mac_key, header), mac):
         raise KeyringCorruptError(f"{where} is damaged or was tampered with (its MAC fails under the right key)")
@@ -217,7 +215,7 @@ def _rekey(files: KeyringFiles, previous: MasterKey, master: MasterKey) -> Accou
                 aad = keyfile.key_aad(header.account, stream_id, record)
                 try:
                     plain = old.kek.unwrap(record.wrapped, aad)
-                except InvalidTag:
+                except crypto.InvalidTag:
                     raise KeyringCorruptError(
                         f"{files.describe(name)}: key {key_id} does not unwrap (tampered)") from None
                 state.keys[key_id] = dataclasses.replace(record, wrapped=new.kek.wrap(plain, aad))

@@ -25,9 +25,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from engine.keys import crypto
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +102,7 @@ class Wrapper:
 
     def __init__(self, cipher: str, key: bytes) -> None:
         self.cipher = cipher
-        self._aead = AESGCM(key) if cipher == AES else ChaCha20Poly1305(key)
+        self._aead = crypto.AESGCM(key) if cipher == AES else crypto.ChaCha20Poly1305(key)
 
     def wrap(self, plaintext: bytes, aad: bytes) -> bytes:
         nonce = os.urandom(NONCE_SIZE)
@@ -117,4 +115,4 @@ class Wrapper:
 
 def _derive(secret: bytes, salt: bytes, purpose: bytes, account: str) -> bytes:
     info = _INFO + purpose + b"\x00" + account.encode()
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=salt, info=info).derive(secret)
+    return crypto.HKDF(algorithm=crypto.hashes.SHA256(), length=32, salt=salt, info=info).derive(secret)

@@ -15,11 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-
-from engine.keys import keyfile
+from engine.keys import crypto, keyfile
 from engine.keys.cipher import DATA_KEY_SIZE, DataKey
 from engine.keys.errors import KeyDestroyedError, KeyringCorruptError, UnknownKeyError
 from engine.keys.key_wrapping import KeyWrapping
@@ -51,7 +47,7 @@ class StreamKeyCache:
         self.by_tag: dict[tuple[int, bytes], int] = {}
         self.current: dict[str, DataKey] = {}  # the current epoch's keys by prefix, until the keyring changes
         self._hasher: SubjectHasher | None = None
-        self._config_cipher: AESGCM | None = None
+        self._config_cipher: crypto.AESGCM | None = None
         self.destroyed_all = False
         with files.locked():
             if not files.exists(name):
@@ -113,13 +109,13 @@ class StreamKeyCache:
                 self._hasher = SubjectHasher(self._subject_key())
             return self._hasher
 
-    def config_aead(self) -> AESGCM:
+    def config_aead(self) -> crypto.AESGCM:
         """The config key: HKDF of the subject key, so it outlives rotations as the subject key does."""
         with self.lock:
             if self._config_cipher is None:
                 info = b"jetlake stream configs " + self.stream_id.encode()
-                key = HKDF(hashes.SHA256(), DATA_KEY_SIZE, None, info).derive(self._subject_key())
-                self._config_cipher = AESGCM(key)
+                key = crypto.HKDF(crypto.hashes.SHA256(), DATA_KEY_SIZE, None, info).derive(self._subject_key())
+                self._config_cipher = crypto.AESGCM(key)
             return self._config_cipher
 
     def _subject_key(self) -> bytes:

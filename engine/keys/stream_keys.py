@@ -18,10 +18,9 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from cryptography.exceptions import InvalidTag
 
 from engine.clock import Clock
-from engine.keys import keyfile
+from engine.keys import crypto, keyfile
 from engine.keys.cipher import DataKey, OpenedBatch, Payloads, associated_data, associated_data_batch
 from engine.keys.cipher import key_ref, open_batch, seal, seal_batch
 from engine.keys.errors import ValueAuthenticationError
@@ -142,7 +141,7 @@ class StreamKeys:
         try:
             nonce, sealed = value[1 : 1 + NONCE_SIZE], value[1 + NONCE_SIZE :]
             return self._held.config_aead().decrypt(nonce, sealed, self._config_aad(name))
-        except InvalidTag:
+        except crypto.InvalidTag:
             raise ValueAuthenticationError("a sealed config failed authentication") from None
 
     def _config_aad(self, name: str) -> bytes:

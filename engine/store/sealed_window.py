@@ -19,11 +19,10 @@ from typing import Any
 import numpy as np
 import orjson
 import pyarrow as pa
-from cryptography.exceptions import InvalidTag
 
 from engine import headers as hdr
 from engine.errors import JetStreamError
-from engine.keys import StreamKeys
+from engine.keys import StreamKeys, crypto
 from engine.keys.cipher import HEADER_SIZE, PREFIX_SIZE, DataKey, open_value
 from engine.store.stored_message import StoredMessage
 from engine.store.table_reads import Window
@@ -99,7 +98,7 @@ class SealedWindow(Window):
         if key is not None and sealed[:HEADER_SIZE] == key.ref:
             try:
                 return key.aead.decrypt(sealed[HEADER_SIZE:PREFIX_SIZE], sealed[PREFIX_SIZE:], aad)
-            except InvalidTag:
+            except crypto.InvalidTag:
                 pass
         opened = open_value(sealed, aad, self._refs, self._keys.key)
         found = self._refs.get(bytes(sealed[:HEADER_SIZE]))
