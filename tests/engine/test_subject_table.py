@@ -175,3 +175,39 @@ def test_new_subjects_one_by_one_after_a_bulk_batch_grow_every_column() -> None:
     singles = [table.id(f"one.{i}") for i in range(1, 3_000)]
     assert singles == list(range(2_000, 4_999))
     assert table.find("bulk.0") == 0 and table.find("one.2999") == 4_998 and table.count == 4_999
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_interning_forgetting_and_snapshots_match_a_dict(seed: int) -> None:
+    """Random single and bulk interning (new and known names, batches of every size), forgetting and
+    snapshot round trips, against a plain dict: every name keeps its id until forgotten, forgotten names
+    are not found, and names seen again get fresh ids. Growth of every column is crossed many times."""
+    rng = np.random.default_rng(seed)
+    table, model, next_id = SubjectTable(), {}, 0
+    universe = [f"s.{i}.{'x' * int(rng.integers(0, 12))}" for i in range(20_000)]
+    for _ in range(300):
+        op = rng.integers(0, 10)
+        if op < 4:  # one name at a time (a KV put of a new key)
+            for name in rng.choice(universe, int(rng.integers(1, 400))).tolist():
+                if name not in model:
+                    model[name], next_id = next_id, next_id + 1
+                assert table.id(name) == model[name]
+        elif op < 8:  # a batch, duplicates and known names included
+            batch = rng.choice(universe, int(rng.integers(1, 3_000))).tolist()
+            for name in dict.fromkeys(batch):
+                if name not in model:
+                    model[name], next_id = next_id, next_id + 1
+            assert table.ids(batch).tolist() == [model[n] for n in batch]
+        elif op < 9 and model:  # some subjects lose their last message and are forgotten
+            table.msgs[: table.count] = 1
+            gone = rng.choice(list(model), min(len(model), int(rng.integers(1, 200))), replace=False).tolist()
+            table.msgs[[model[n] for n in gone]] = 0
+            table.forget(np.array([model[n] for n in gone], np.int64))
+            for name in gone:
+                del model[name]
+        else:
+            table = SubjectTable.from_arrays(table.to_arrays())
+        assert table.count == next_id
+    for name in universe[::7]:
+        assert table.find(name) == model.get(name, -1)
+    assert all(table.name(sid) == name for name, sid in model.items())
