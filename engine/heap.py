@@ -9,8 +9,8 @@ that tunes or calls them:
   (a heap per thread of the pool left each its own free pages), so a megabyte request
   body allocated and freed many times a second is not handed back and faulted in page by page
   (64 MiB kept 30-50 MB more above the live heap right after a load of a million subjects); makes
-  Arrow's jemalloc hand freed pages back within 0.1 s instead of over its default decay (after a flush
-  of a million subjects it kept the flush's ~57 MB of table buffers resident for seconds); and
+  Arrow's jemalloc decay freed pages over 0.1 s (with its default, the ~57 MB of table buffers of a
+  flush of a million subjects stayed resident after the load: settled RSS 324 MB, 272 with it); and
   keeps numpy's arrays off transparent huge pages (numpy asks for them on every array of 4 MB and
   more; where the kernel grants them only on request, as here, the heap ranges such arrays leave were
   refilled 2 MB at a time: 40-90 MB of huge pages after a load of a million subjects, 10-16 without);
@@ -45,10 +45,10 @@ ARENA_MAX = 2
 # commit runs on the flusher's thread, where the madvise costs the publishers nothing, and the RSS after a
 # flush no longer carries the commit's peak (20-40 MB for a flush of a million subjects).
 RUST_JEMALLOC_CONF = "dirty_decay_ms:0,muzzy_decay_ms:0"
-# Arrow's jemalloc decays freed pages over 0.1 s (dirty, then lazily freed "muzzy" ones, which still count
-# in the RSS) rather than its default of a second; jemalloc decays as the process allocates, and
-# `release` purges the rest. The pages a publish load reuses at once stay: 0 cost the NATS door's async
-# publishes ~1.5 us of CPU a message, 100 nothing measurable. Applies to the arenas made after it is set.
+# Arrow's jemalloc decays freed pages over 0.1 s (dirty ones, then lazily freed "muzzy" ones, which still
+# count in the RSS); jemalloc decays as the process allocates, and `release` purges the rest. The pages a
+# publish load reuses at once stay: 0 cost the NATS door's async publishes ~1.5 us of CPU a message, 100
+# nothing measurable. It applies to the arenas made after it is set (at startup, before the engine's).
 ARROW_DECAY_MS = 100
 os.environ.setdefault("_RJEM_MALLOC_CONF", RUST_JEMALLOC_CONF)  # read when deltalake's module first allocates
 
@@ -72,7 +72,7 @@ def keep_freed_memory() -> bool:
     """Request bodies of a megabyte, allocated and freed many times a second: glibc would hand each back
     to the kernel (munmap, heap trim) and fault it in again page by page, which costs a third of the
     gateway's CPU on a VM. Keeps up to 16 MiB of freed memory for reuse (`release` still hands it back
-    when the flusher asks); Arrow's pool returns what it frees within 0.1 s; numpy's arrays stay on small pages
+    when the flusher asks); Arrow's pool decays what it frees over 0.1 s; numpy's arrays stay on small pages
     (NUMPY_MADVISE_HUGEPAGE=1 overrides). MALLOC_* variables override glibc's part. True if the glibc
     policy was applied."""
     if os.environ.get("NUMPY_MADVISE_HUGEPAGE") is None:
