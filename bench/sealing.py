@@ -35,13 +35,14 @@ from common import ROOT, log, set_log_name  # noqa: E402
 from encryption import Payloads  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
-from deltalake import write_deltalake  # noqa: E402
 
 from engine import EngineOptions, JetStream, ManualClock  # noqa: E402
 from engine.keys import MasterKey  # noqa: E402
 from engine.messages import InboundMessage  # noqa: E402
 from engine.store import flush_commits  # noqa: E402
 from engine.store.commits import open_table  # noqa: E402
+from engine.store.data_files import write_data_files  # noqa: E402
+from engine.store.layout import PARTITION_COLUMN, Layout  # noqa: E402
 
 KEY = MasterKey.from_config("bench-sealing-key-0123456789abcdef", "aes")
 SIZES = {"quick": {"pub_a": 500, "pub_b": 5_000}, "full": {"pub_a": 1_000, "pub_b": 20_000}}
@@ -101,14 +102,14 @@ def main() -> int:
         for engine in engines.values():
             engine.close()
         log("sealed table written with each layout")
-        layouts = {"plain_layout": flush_commits.writer_properties, "sealed_layout": flush_commits.sealed_writer_properties}
+        layouts = {"plain_layout": flush_commits.message_encoding, "sealed_layout": flush_commits.sealed_message_encoding}
         writes: dict[str, list[float]] = {name: [] for name in layouts}
+        files = Layout(Path(tmp) / "files")
         for r in range(args.rounds):
-            for name, properties in layouts.items():
-                target = Path(tmp) / f"{name}-{r}"
-                writes[name].append(cpu_us(lambda: write_deltalake(
-                    str(target), table, partition_by=["subject_partition"], writer_properties=properties(table)),
-                    table.num_rows))
+            for name, encoding in layouts.items():
+                target = files.stream_table_location(f"{name}-{r}")
+                writes[name].append(cpu_us(lambda: write_data_files(
+                    target, table, [PARTITION_COLUMN], encoding(table), []), table.num_rows))
     result: dict[str, object] = {"bench": "sealing", "quick": args.quick, "rounds": args.rounds, "sizes": sizes}
     for phase in figures["off"]:
         off, on = min(figures["off"][phase]), min(figures["on"][phase])

@@ -24,17 +24,11 @@ from urllib.parse import unquote
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
-from deltalake import (
-    CommitProperties,
-    DeltaTable,
-    PostCommitHookProperties,
-    Transaction,
-    WriterProperties,
-    write_deltalake,
-)
+from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction
 from deltalake.exceptions import TableNotFoundError
 
 from engine.store import failpoints
+from engine.store.data_files import FileEncoding, write_data_files
 from engine.store.layout import TableLocation
 from engine.store.leases import LeaseLostError
 from engine.store.objectstore import ObjectNotFoundError, ObjectStoreError
@@ -84,13 +78,13 @@ class TableCommitter:
         app_id: str,
         version: int,
         extra: list[Transaction] | None = None,
-        partition_by: list[str] | None = None,
-        writer_properties: Callable[[pa.Table], WriterProperties] | None = None,
+        encoding: FileEncoding = FileEncoding(),
         fence: tuple[str, int] | None = None,
     ) -> int:
         """Commits `rows_after(v)` (the rows above transaction version v, the table's now) with the
         transaction (`app_id`, `version`) unless the table holds it already; returns the table version
-        holding it. Raises when it is not committed (or, under sync, not durable).
+        holding it. Raises when it is not committed (or, under sync, not durable). The rows' files are
+        written here (data_files.py, encoded as `encoding` says) and delta-rs commits them.
 
         `fence` (app id, token): the writer's lease token, recorded as a transaction of its own; a
         table holding a larger token was committed by a newer owner, and the commit is refused
@@ -111,14 +105,7 @@ class TableCommitter:
         rows = rows_after(done)
         try:
             action = failpoints.hit(f"{self.step}.commit") if failpoints.ARMED else None
-            write_deltalake(
-                dt, rows, mode="append", partition_by=partition_by,
-                writer_properties=writer_properties(rows) if writer_properties else None,
-                commit_properties=CommitProperties(
-                    app_transactions=[Transaction(app_id=app_id, version=version), *(extra or [])]
-                ),
-                post_commithook_properties=NO_HOOKS,
-            )
+            self._write(dt, rows, encoding, [Transaction(app_id=app_id, version=version), *(extra or [])])
             failpoints.after(f"{self.step}.commit", action)
         except Exception as exc:
             dt = self._landed(app_id, version, exc)
@@ -127,6 +114,20 @@ class TableCommitter:
         if self.sync:
             self._sync(app_id, version, committed)
         return committed
+
+    def _write(self, dt: DeltaTable, rows: pa.Table, encoding: FileEncoding, transactions: list[Transaction]) -> None:
+        """Writes the rows' files, then commits them with the transactions in one Delta commit. A file
+        write that fails removes what it wrote; once the commit was tried, the files stay (it may have
+        landed: `_landed` decides, and an orphan is vacuum's)."""
+        metadata = dt.metadata()
+        partition_by = list(metadata.partition_columns)
+        stats = metadata.configuration.get("delta.dataSkippingStatsColumns", "")
+        adds = write_data_files(self.table, rows, partition_by, encoding,
+                                [name.strip() for name in stats.split(",") if name.strip()])
+        dt.create_write_transaction(adds, "append", dt.schema(), partition_by,
+                                    commit_properties=CommitProperties(app_transactions=transactions),
+                                    post_commithook_properties=NO_HOOKS)
+        dt.update_incremental()  # the commit leaves `dt` where it was; under the lease the latest is this one
 
     def _landed(self, app_id: str, version: int, exc: Exception) -> DeltaTable:
         """After a write raised: the table if the commit landed anyway; else the error goes on."""

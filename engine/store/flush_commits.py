@@ -1,14 +1,13 @@
 """A flush of one file stream: the job it seals, and its commit to the stream's table and the tombstones table.
 
-The messages go to the stream's table as delta-rs slices of whole row groups, written small and
-with the Parquet layout below; the removals go to the shared tombstones table, versioned by log
+The messages go to the stream's table in small row groups, in the Parquet layout below (written by
+data_files.py, committed by delta-rs); the removals go to the shared tombstones table, versioned by log
 sequence number. Both commits carry their Delta app transaction (commits.py), so a job committed
 again after a crash or a failed call lands once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,11 +15,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import ColumnProperties, Transaction, WriterProperties
+from deltalake import Transaction
 
 from engine.store.base import Removal
 from engine.store.commits import TableCommitter, added_files
-from engine.store.layout import PARTITION_COLUMN, STREAM_SCHEMA, TOMBSTONE_SCHEMA, Layout, TableLocation
+from engine.store.data_files import FileEncoding
+from engine.store.layout import STREAM_SCHEMA, TOMBSTONE_SCHEMA, Layout, TableLocation
 from engine.store.lease import commit_lease
 from engine.store.leases import Lease
 from engine.store.rows import RowGroup, Rows
@@ -31,7 +31,6 @@ FENCE_APP_ID = "owner-token"  # the stream lease token of the last commit (sever
 
 ROW_GROUP_ROWS = 1024  # small row groups: a read by sequence decodes 1,024 rows (~0.3 ms), not a whole file
 ROW_GROUP_BYTES = 8 * 1024 * 1024  # and few enough bytes that a read of a large message stays small
-SLICE_GROUPS = 8  # row groups per batch handed to delta-rs at a commit (`_slices`)
 
 
 @dataclass
@@ -82,47 +81,23 @@ def _row_group_rows(table: pa.Table) -> int:
     return int(min(ROW_GROUP_ROWS, max(16, ROW_GROUP_BYTES // average)))
 
 
-def _slices(table: pa.Table) -> pa.RecordBatchReader:
-    """The job's rows for delta-rs as a stream of slices, each `SLICE_GROUPS` row groups combined into
-    one batch, made as delta-rs pulls it. A commit then holds a slice's copy, not the whole job's
-    (`combine_chunks` of a 64 MiB job cost ~115 MB more of peak RSS), and since each slice is whole row
-    groups, a group never mixes the rows of two slices: delta-rs may write slices out of order (its
-    writers take batches round-robin), which leaves the groups' `seq` ranges disjoint, each read by
-    sequence still decoding one group (the 1,000-row batches of the log, given as they are, made
-    nearly every group straddle two)."""
-    rows = _row_group_rows(table) * SLICE_GROUPS
-
-    def batches() -> Iterator[pa.RecordBatch]:
-        for offset in range(0, table.num_rows, rows):
-            part = table.slice(offset, rows)
-            yield from (part.combine_chunks() if part.column(0).num_chunks > 1 else part).to_batches()
-
-    return pa.RecordBatchReader.from_batches(table.schema, batches())
+def message_encoding(rows: pa.Table) -> FileEncoding:
+    """Small row groups, in sequence order, so a read by sequence decodes one; `seq` delta-encoded
+    (ascending unique integers: a dictionary of them is larger than the column, and each small group
+    would repeat it); no Parquet statistics on payloads (each row group's footer entry would carry two
+    payloads; nothing prunes by them)."""
+    return FileEncoding(row_group_rows=_row_group_rows(rows), compression="snappy",
+                         delta_encoded=frozenset({"seq"}), no_statistics=frozenset({"data"}))
 
 
-def writer_properties(rows: pa.Table) -> WriterProperties:
-    """Small row groups; `seq` delta-encoded (ascending unique integers: a dictionary of them is larger
-    than the column, and each small group would repeat it); no Parquet statistics on payloads (each
-    row group's footer entry would carry two payloads; nothing prunes by them)."""
-    return WriterProperties(
-        max_row_group_size=_row_group_rows(rows), compression="SNAPPY",
-        column_properties={
-            "seq": ColumnProperties(dictionary_enabled=False, encoding="DELTA_BINARY_PACKED"),
-            "data": ColumnProperties(statistics_enabled="NONE"),
-        },
-    )
-
-
-def sealed_writer_properties(rows: pa.Table) -> WriterProperties:
+def sealed_message_encoding(rows: pa.Table) -> FileEncoding:
     """An encrypted stream's (sealed.py): its sealed columns are ciphertext, distinct per value and
     incompressible, so they get no dictionary (built for most of each row group, then dropped) and no
     statistics, and the files no compression (the sealed values are nearly all of their bytes).
     Measured on 20,000 1 KiB messages: 1.7 µs of CPU per message against 2.5, files 1.4 % larger."""
-    sealed = ["data", "headers", *(["subject"] if pa.types.is_binary(rows.schema.field("subject").type) else [])]
-    columns = {name: ColumnProperties(dictionary_enabled=False, statistics_enabled="NONE") for name in sealed}
-    columns["seq"] = ColumnProperties(dictionary_enabled=False, encoding="DELTA_BINARY_PACKED")
-    return WriterProperties(max_row_group_size=_row_group_rows(rows), compression="UNCOMPRESSED",
-                            column_properties=columns)
+    sealed = frozenset({"data", "headers", *(["subject"] if pa.types.is_binary(rows.schema.field("subject").type) else [])})
+    return FileEncoding(row_group_rows=_row_group_rows(rows), compression="none", plain=sealed,
+                         delta_encoded=frozenset({"seq"}), no_statistics=sealed)
 
 
 class FlushCommitter:
@@ -165,13 +140,11 @@ class FlushCommitter:
         """
         if job.messages is not None and not job.messages_committed:
             messages = job.messages
-            properties = (writer_properties if self.sealer is None else sealed_writer_properties)(messages)
+            encoding = (message_encoding if self.sealer is None else sealed_message_encoding)(messages)
             with commit_lease(self.layout.lease_file(self.table), timeout=lease_timeout):
                 version = self._table.append(
-                    lambda done: _slices(messages.filter(pc.greater(messages.column("seq"), done)) if done
-                                         else messages),
-                    self.stream_id, job.last_msg_seq, partition_by=[PARTITION_COLUMN],
-                    writer_properties=lambda _: properties,
+                    lambda done: messages.filter(pc.greater(messages.column("seq"), done)) if done else messages,
+                    self.stream_id, job.last_msg_seq, encoding=encoding,
                     fence=None if self.fence_lease is None else (FENCE_APP_ID, self.fence_lease.fence()),
                 )
             job.messages_committed = True

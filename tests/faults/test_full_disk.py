@@ -101,6 +101,29 @@ def test_a_log_append_cut_short_by_a_full_disk_leaves_nothing_torn(small_disk: P
         again.close()
 
 
+def test_a_commit_that_fills_the_disk_leaves_no_data_file_behind(small_disk: Path) -> None:
+    """The flusher writes a commit's Parquet files itself (engine/store/data_files.py): a file cut short
+    by a full disk is removed, so a failing commit does not keep the disk full, and the next one, with
+    space again, holds every message once."""
+    js = JetStream(small_disk, EngineOptions(), clock=ManualClock())
+    js.open(start_flusher=False)
+    try:
+        js.add_stream({"name": STREAM, "subjects": ["faults.>"]})
+        payloads = [os.urandom(16 * 1024) for _ in range(300)]  # 4.8 MB that does not compress
+        acked = [js.publish_one(f"faults.{i % 7}", p).seq for i, p in enumerate(payloads)]  # type: ignore[union-attr]
+        filler = _fill(small_disk, MIB)
+        report = js.flush_report()
+        assert report.failed and "No space left" in str(report.failed), report
+        table = js.layout.stream_table(STREAM)
+        assert not list(table.rglob("*.parquet")), "the torn file is removed"
+        filler.unlink()
+        assert not js.flush_report().failed
+        assert len(list(table.rglob("*.parquet"))) == 1
+        assert [js.get_message(STREAM, s).data for s in acked] == payloads
+    finally:
+        js.close()
+
+
 def test_a_gateway_whose_disk_fills_refuses_writes_then_serves_again(small_disk: Path) -> None:
     gw = Gateway(small_disk, "--flush-interval", "0.2").start()
     load = Load(gw.url, deletes=False, payload=1024)

@@ -183,14 +183,14 @@ def test_cached_row_groups_keep_their_values_sealed(boxed: list[JetStream], ware
     assert len(held) >= 8 * 2 + 5 and not any(MARKER in (v if isinstance(v, bytes) else v.encode()) for v in held)
 
 
-def test_sealed_columns_are_written_plain_and_files_of_the_earlier_layout_still_read(
+def test_sealed_columns_are_written_plain_and_files_of_the_earlier_encoding_still_read(
         boxed: list[JetStream], warehouse: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ciphertext does not compress: an encrypted stream's files are written uncompressed, with no
     dictionary and no statistics on its sealed columns. Files written before (snappy, dictionaries) sit
     in the same table and still read."""
     js = boxed[0]
-    earlier_layout = flush_commits.writer_properties
-    monkeypatch.setattr(flush_commits, "sealed_writer_properties", earlier_layout)
+    earlier_encoding = flush_commits.message_encoding
+    monkeypatch.setattr(flush_commits, "sealed_message_encoding", earlier_encoding)
     publish_markers(js)
     js.flusher.flush()
     monkeypatch.undo()
