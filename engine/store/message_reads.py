@@ -4,6 +4,7 @@ unflushed and recent messages) first, then from the table (table_reads.py), a wi
 
 from __future__ import annotations
 
+import bisect
 import logging
 
 import numpy as np
@@ -81,25 +82,22 @@ class MessageReads:
         found, rest = self.buffer.get_many([seq for seq, ok in zip(seqs, live) if ok])
         if not rest:
             return found
-        misses: list[int] = []
-        windowed = self.reads.windowed
-        for seq in rest:
-            msg = windowed(seq)
-            if msg is None:
-                misses.append(seq)
-            else:
-                found[seq] = msg
+        held, misses = self.reads.windowed_many(rest)
+        found.update(held)
         i = 0
         while i < len(misses):
             lo = misses[i]
             hi = self._window_end(lo, max(misses[-1], lo + READ_AHEAD), index)
             seqs_in = index.live_seqs(start=lo, stop=hi + 1)
             self.reads.read_window(lo, hi, {self.partitioner(s) for s in index.subjects_among(seqs_in)})
-            while i < len(misses) and misses[i] <= hi:
-                msg = windowed(misses[i]) or self.load(misses[i], index)
+            stop = bisect.bisect_right(misses, hi, i)
+            held, missing = self.reads.windowed_many(misses[i:stop])
+            found.update(held)
+            for seq in missing:
+                msg = self.load(seq, index)
                 if msg is not None:
-                    found[misses[i]] = msg
-                i += 1
+                    found[seq] = msg
+            i = stop
         return {seq: found[seq] for seq in seqs if seq in found}  # in sequence order, as asked
 
     @staticmethod

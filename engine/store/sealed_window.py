@@ -91,6 +91,9 @@ class SealedWindow(Window):
         ts = int(self._ts[row]) * 1000
         return StoredMessage(subject, seq, ts, data, headers, hdr.first(headers, hdr.MSG_ID))
 
+    def _messages(self, rows: np.ndarray, seqs: list[int]) -> list[StoredMessage]:
+        return [self._message(row, seq) for row, seq in zip(rows.tolist(), seqs)]
+
     def _open(self, sealed: memoryview | bytes, aad: bytes) -> bytes:
         """Opens one value; a window's values mostly share one key, so the last key found is tried
         first (anything else, a failure included, goes through `open_value` for its answer)."""

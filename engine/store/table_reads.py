@@ -24,6 +24,7 @@ Counterpart: the block loads of server/filestore.go (`loadMsgs`, `cacheLookup`).
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 from collections import OrderedDict
@@ -114,6 +115,26 @@ class Window:
             return None
         row = i if self._order is None else int(self._order[i])
         return self._message(row, seq) if self.has_subject else self._message(row, seq, subject)
+
+    def get_many(self, seqs: list[int]) -> dict[int, StoredMessage]:
+        """`get` of ascending sequences (a consumer's pull): one search for them all, the messages made
+        in one pass; those not in this group are left out."""
+        wanted = np.asarray(seqs, np.int64)
+        at = self.seqs.searchsorted(wanted)
+        hit = at < len(self.seqs)
+        hit[hit] = self.seqs[at[hit]] == wanted[hit]
+        rows = at[hit] if self._order is None else self._order[at[hit]]
+        found = wanted[hit].tolist()
+        return dict(zip(found, self._messages(rows, found)))
+
+    def _messages(self, rows: np.ndarray, seqs: list[int]) -> list[StoredMessage]:
+        """The messages at `rows` (sequences `seqs`): from the listed columns without a call a row."""
+        if self._lists is None or not self.has_subject:
+            return [self._message(row, seq) for row, seq in zip(rows.tolist(), seqs)]
+        subjects, msg_ids, headers_, data_ = self._lists
+        ts = (self._ts[rows] * 1000).tolist()
+        return [StoredMessage(subjects[r], seq, t, data_[r] or b"", dict(headers_[r]) if headers_[r] else None,
+                              msg_ids[r]) for r, seq, t in zip(rows.tolist(), seqs, ts)]
 
     def _point_columns(self) -> tuple[Any, ...]:
         """`_message`'s columns as arrays, made once per group (a chunked column's `[row]` searches its
@@ -500,24 +521,30 @@ class TableReads:
                 self.forget()
         return None
 
-    def windowed(self, seq: int) -> StoredMessage | None:
-        """From the row groups at hand; the one that answered last is asked first (runs of a subject)."""
+    def windowed_many(self, seqs: list[int]) -> tuple[dict[int, StoredMessage], list[int]]:
+        """Ascending sequences from the row groups at hand: each is asked once for those in its range not
+        found yet, the one that answered last first (groups of several partitions overlap in sequences);
+        returns those found and those none held, in order."""
+        found: dict[int, StoredMessage] = {}
+        rest = seqs
         hint = self._window_hint
-        if hint is not None and hint[0] <= seq <= hint[1]:
-            msg = hint[2].get(seq)
-            if msg is not None:
-                return msg
-        for entry in reversed(self._windows):
-            if entry[0] <= seq <= entry[1] and entry is not hint:
-                msg = entry[2].get(seq)
-                if msg is not None:
-                    self._window_hint = entry
-                    return msg
-        return None
+        for entry in ([hint] if hint is not None else []) + [e for e in reversed(self._windows) if e is not hint]:
+            lo, hi, window = entry
+            start, stop = bisect.bisect_left(rest, lo), bisect.bisect_right(rest, hi)
+            if start == stop:
+                continue
+            got = window.get_many(rest[start:stop])
+            if got:
+                found.update(got)
+                self._window_hint = entry
+                rest = rest[:start] + [seq for seq in rest[start:stop] if seq not in got] + rest[stop:]
+            if not rest:
+                break
+        return found, rest
 
     def read_window(self, lo: int, hi: int, partitions: set[str]) -> None:
         """Makes the flushed messages with sequences in [lo, hi] of the given partitions readable by
-        `windowed`: the row groups holding them, whole and decoded once through the row-group cache,
+        `windowed_many`: the row groups holding them, whole and decoded once through the row-group cache,
         so consecutive pulls do not decode a group again."""
         files = self._file_map(refresh=False)
         mask = (files.min_seq <= hi) & (files.max_seq >= lo) & np.isin(files.partitions, list(partitions))
