@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import quote
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -86,13 +87,19 @@ def _partitions(rows: pa.Table, partition_by: list[str]) -> Iterator[tuple[list[
     column = rows.column(partition_by[0])
     if column.null_count:
         raise ValueError(f"a row has no {partition_by[0]}")
-    values = pc.unique(column).to_pylist()
     data = rows.drop_columns(partition_by)
-    if len(values) == 1:
-        yield values, data
+    low, high = (value.as_py() for value in pc.min_max(column).values())
+    if low == high:
+        yield [low], data
         return
-    for value in values:
-        yield [value], data.filter(pc.equal(column, value))
+    encoded = pc.dictionary_encode(column.combine_chunks())
+    values = encoded.dictionary.to_pylist()
+    codes = encoded.indices.to_numpy(zero_copy_only=False)
+    order = np.argsort(codes, kind="stable")  # each partition's rows together, still in sequence order
+    ends = np.cumsum(np.bincount(codes, minlength=len(values))).tolist()
+    data = data.combine_chunks()  # one copy: `take` from the log's many small batches joins them on every call
+    for code, (start, end) in enumerate(zip([0, *ends[:-1]], ends)):
+        yield [values[code]], data.take(pa.array(order[start:end]))
 
 
 def _write_partition(

@@ -70,6 +70,9 @@ def test_files_are_placed_and_described_as_delta_rs_writes_them(tmp_path: Path) 
     assert {unquote(a["path"]) for a in ours_adds} == set(added_files(ours, version))
     assert all("subject" not in a["stats"] and "data" not in a["stats"] for a in ours_adds)
 
+    for add in ours_adds:  # a partition's rows in sequence order, each file's row groups following on
+        seqs = pq.read_table(ours.file(unquote(add["path"])), columns=["seq"]).column("seq").to_pylist()
+        assert seqs == sorted(seqs) and orjson.loads(add["stats"])["numRecords"] == len(seqs)
     read = open_table(ours).to_pyarrow_table().sort_by("seq")
     assert read.select(STREAM_SCHEMA.names).equals(rows.combine_chunks().select(STREAM_SCHEMA.names))
     assert open_table(ours).transaction_version("S") == 3_000
