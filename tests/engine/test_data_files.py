@@ -98,7 +98,8 @@ def test_row_groups_run_in_sequence_order_with_the_stream_encoding(tmp_path: Pat
     assert not columns["data"].is_stats_set and columns["subject"].statistics.has_min_max
 
 
-def test_a_partition_past_the_target_size_goes_to_several_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_partition_past_the_target_size_goes_to_several_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     rows = _rows(6_000)
     table = Layout(tmp_path).stream_table_location("S")
     ensure_table(table, STREAM_SCHEMA, [PARTITION_COLUMN], STREAM_TABLE_PROPERTIES)
