@@ -61,12 +61,12 @@ def write_data_files(
                                            stats_columns):
                 written.append(action)
     except BaseException:
-        remove_data_files(table, written)
+        _remove(table, written)
         raise
     return written
 
 
-def remove_data_files(table: TableLocation, actions: list[AddAction]) -> None:
+def _remove(table: TableLocation, actions: list[AddAction]) -> None:
     """Deletes files that no commit refers to (a write that failed part way)."""
     for action in actions:
         try:
@@ -195,22 +195,23 @@ def _leaf_paths(path: str, kind: pa.DataType) -> Iterator[str]:
 
 def _stats(rows: pa.Table, columns: list[str]) -> str:
     """The add action's statistics: the row count, and min, max and null count of each stats column."""
-    stats: dict[str, object] = {"numRecords": rows.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}}
+    lows: dict[str, object] = {}
+    highs: dict[str, object] = {}
+    nulls: dict[str, int] = {}
     for name in columns:
         if name not in rows.column_names:
             continue
         column = rows.column(name)
-        stats["nullCount"][name] = column.null_count  # type: ignore[index]
+        nulls[name] = column.null_count
         if column.null_count == len(column):
             continue
         low, high = pc.min_max(column).values()
         if pa.types.is_timestamp(column.type):
-            stats["minValues"][name] = _timestamp(low)  # type: ignore[index]
-            stats["maxValues"][name] = _timestamp(high)  # type: ignore[index]
+            lows[name], highs[name] = _timestamp(low), _timestamp(high)
         elif pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
-            stats["minValues"][name] = low.as_py()  # type: ignore[index]
-            stats["maxValues"][name] = high.as_py()  # type: ignore[index]
-    return orjson.dumps(stats).decode()
+            lows[name], highs[name] = low.as_py(), high.as_py()
+    return orjson.dumps({"numRecords": rows.num_rows, "minValues": lows, "maxValues": highs,
+                         "nullCount": nulls}).decode()
 
 
 def _timestamp(value: pa.Scalar) -> str:

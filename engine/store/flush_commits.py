@@ -95,7 +95,8 @@ def sealed_message_encoding(rows: pa.Table) -> FileEncoding:
     incompressible, so they get no dictionary (built for most of each row group, then dropped) and no
     statistics, and the files no compression (the sealed values are nearly all of their bytes).
     Measured on 20,000 1 KiB messages: 1.7 µs of CPU per message against 2.5, files 1.4 % larger."""
-    sealed = frozenset({"data", "headers", *(["subject"] if pa.types.is_binary(rows.schema.field("subject").type) else [])})
+    protected = pa.types.is_binary(rows.schema.field("subject").type)
+    sealed = frozenset({"data", "headers", *(["subject"] if protected else [])})
     return FileEncoding(row_group_rows=_row_group_rows(rows), compression="none", plain=sealed,
                          delta_encoded=frozenset({"seq"}), no_statistics=sealed)
 
