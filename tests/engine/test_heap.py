@@ -115,6 +115,7 @@ def test_cache_bytes_bound_each_streams_copies(tmp_path: Path, clock: ManualCloc
         engine.add_stream({"name": "S", "subjects": ["s.>"]})
         for i in range(20_000):
             engine.publish_one(f"s.k{i}", b"x" * 400)
+        engine.stream("S").get(1)  # a stream being read keeps copies of what it commits
         engine.flush()
         stream = engine.stream("S")
         store = stream.store
@@ -197,6 +198,7 @@ def _assert_last_by_subject_exact(js: JetStream, subjects: int, round_: int) -> 
 
 def test_settle_drops_the_copies_of_what_the_table_holds_and_reads_stay_exact(js: JetStream) -> None:
     _load(js, 3000)
+    js.stream("S").get(1)  # a stream being read keeps copies of what it commits
     js.flush()
     stream, store = js.stream("S"), _store(js)
     stream.get(5)  # a read of a flushed message: the index reads its block's detail back (cached)
@@ -213,6 +215,28 @@ def test_settle_drops_the_copies_of_what_the_table_holds_and_reads_stay_exact(js
         assert stream.last_by_subject(f"s.k{i}").data == f"0-{i}".encode()
 
 
+def test_a_stream_only_written_to_drops_its_copies_at_each_commit(js: JetStream) -> None:
+    """The copies a commit leaves serve readers that follow a stream closely; a stream nobody read since
+    its previous commit (a bulk load) lets them go at once, and its reads find the table."""
+    _load(js, 3000)
+    js.flush()
+    stream, store = js.stream("S"), _store(js)
+    assert store.buffer.nbytes == 0 and stream.index.details.cache_used == 0
+    assert [stream.get(seq).data for seq in (1, 3000)] == [b"0-0", b"0-2999"]  # read back from the table
+    for i in range(3000, 3100):
+        js.publish_one(f"s.k{i}", b"read")
+    js.flush()  # read since the previous commit: the copies stay
+    assert store.buffer.nbytes > 0
+    assert stream.get(3100).data == b"read"
+    js.publish_one("s.k0", b"again")
+    js.flush()  # read (the get above) since the previous commit
+    assert store.buffer.nbytes > 0
+    js.publish_one("s.k0", b"unread")
+    js.flush()  # nothing read since the previous commit
+    assert store.buffer.nbytes == 0 and stream.index.details.cache_used == 0
+    assert stream.last_by_subject("s.k0").data == b"unread"
+
+
 def test_settle_keeps_a_memory_streams_messages(js: JetStream) -> None:
     js.add_stream({"name": "M", "subjects": ["m.>"], "storage": "memory"})
     for i in range(300):
@@ -227,6 +251,7 @@ def test_settle_keeps_a_memory_streams_messages(js: JetStream) -> None:
 def test_the_background_flusher_settles_once_the_load_ends(js: JetStream, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(flusher_module, "SETTLE_SECONDS", 0.2)
     _load(js, 2000)
+    js.stream("S").get(1)  # a stream being read keeps copies of what it commits, until the settle
     store = _store(js)
     settled: list[int] = []
     real_settle = js.flusher.settle
