@@ -40,7 +40,7 @@ from engine import EngineOptions, JetStream, ManualClock  # noqa: E402
 from engine.keys import MasterKey  # noqa: E402
 from engine.messages import InboundMessage  # noqa: E402
 from engine.store import flush_commits  # noqa: E402
-from engine.store.commits import open_table  # noqa: E402
+from tests.delta_tables import open_table  # noqa: E402
 from engine.store.data_files import write_data_files  # noqa: E402
 from engine.store.layout import PARTITION_COLUMN, Layout  # noqa: E402
 

@@ -3,7 +3,6 @@
 Knows nothing of HTTP or Spark. The public surface is re-exported here.
 """
 
-from engine import heap  # noqa: F401  first: it configures delta-rs's allocator before deltalake loads
 from engine.clock import Clock, ManualClock, SystemClock
 from engine.errors import JetStreamError
 from engine.jetstream import EngineOptions, JetStream

@@ -18,9 +18,7 @@ that tunes or calls them:
   pages back: `malloc_trim` for glibc, `release_unused` for Arrow's pool;
 - `settle` (the flusher, once a write load ends) collects cycles first, then releases.
 nats-server's counterpart is Go's garbage collector and scavenger, which return memory on their own.
-Where the C library is not glibc (musl, macOS) the glibc calls do nothing. delta-rs's Rust code links
-its own jemalloc into its module, configured only by `_RJEM_MALLOC_CONF` before the module loads: this
-module sets it on import (engine/__init__.py imports it first), unless the environment already does.
+Where the C library is not glibc (musl, macOS) the glibc calls do nothing.
 """
 
 from __future__ import annotations
@@ -41,16 +39,11 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8  # glibc mallopt
 KEEP_FREED_BYTES = 16 * 1024 * 1024
 MMAP_THRESHOLD_BYTES = 64 * 1024 * 1024
 ARENA_MAX = 2
-# delta-rs's jemalloc hands a commit's freed pages back at once rather than over its 10 s decay: the
-# commit runs on the flusher's thread, where the madvise costs the publishers nothing, and the RSS after a
-# flush no longer carries the commit's peak (20-40 MB for a flush of a million subjects).
-RUST_JEMALLOC_CONF = "dirty_decay_ms:0,muzzy_decay_ms:0"
 # Arrow's jemalloc decays freed pages over 0.1 s (dirty ones, then lazily freed "muzzy" ones, which still
 # count in the RSS); jemalloc decays as the process allocates, and `release` purges the rest. The pages a
 # publish load reuses at once stay: 0 cost the NATS door's async publishes ~1.5 us of CPU a message, 100
 # nothing measurable. It applies to the arenas made after it is set (at startup, before the engine's).
 ARROW_DECAY_MS = 100
-os.environ.setdefault("_RJEM_MALLOC_CONF", RUST_JEMALLOC_CONF)  # read when deltalake's module first allocates
 
 
 def _load_libc() -> Any:
@@ -118,7 +111,7 @@ class _MallInfo2(ctypes.Structure):
 def stats() -> dict[str, int]:
     """What each allocator holds, in bytes, for /metrics: glibc's heaps (in use, free but kept, mmapped)
     across its arenas and Arrow's pool. RSS minus these is the mapped code, Python's small-object arenas
-    and what delta-rs's own allocator holds."""
+    and the few allocations of other libraries' own allocators."""
     out = {"arrow_allocated": pa.total_allocated_bytes()}
     if _LIBC is not None and hasattr(_LIBC, "mallinfo2"):
         _LIBC.mallinfo2.restype = _MallInfo2

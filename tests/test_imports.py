@@ -63,6 +63,39 @@ def test_a_single_gateway_does_not_load_what_only_a_cluster_or_the_nats_door_nee
     assert loaded.stdout.strip() == "[]"
 
 
+_GATEWAY_WITHOUT_DELTA_RS = """
+import shutil, sys, tempfile, api.cli, api.http.app
+from engine import EngineOptions, JetStream
+folder = tempfile.mkdtemp(prefix="jetlake-tests-")
+for _ in range(2):  # a start, then a restart that recovers from the tables
+    js = JetStream(folder + "/wh", EngineOptions())
+    js.open(start_flusher=False)
+    if "S" not in js.stream_names()["streams"]:
+        js.add_stream({"name": "S", "subjects": ["s.>"], "max_msgs_per_subject": 1})
+        js.add_consumer("S", {"durable_name": "C", "ack_policy": "explicit"})
+    for i in range(3):
+        js.publish_one(f"s.{i % 2}", b"x")
+    js.flush()
+    js.flusher.settle()
+    assert js.stream("S").get(js.stream("S").index.last_seq).data == b"x"
+    js.close()
+shutil.rmtree(folder)
+print(sorted(m for m in sys.modules if m.split(".")[0] in ("deltalake", "pyspark", "delta")))
+"""
+
+
+def test_the_gateway_does_not_load_delta_rs() -> None:
+    """The gateway reads and writes its Delta logs itself (engine/store/delta_log.py): delta-rs's module
+    is 134 MB, of which importing it mapped 26 MB into the gateway and committing through it more.
+    Publishing, flushing, per-subject limits, consumers and a restart load neither it nor Spark."""
+    assert not {p for p, names in _imports("engine").items() if {"deltalake"} & {n.split(".")[0] for n in names}}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    loaded = subprocess.run([sys.executable, "-c", _GATEWAY_WITHOUT_DELTA_RS], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.strip() == "[]"
+
+
 def test_the_front_doors_do_not_know_each_other() -> None:
     """api/http/ and api/nats/ share api/auth.py and api/waiters.py and the engine, nothing of each other."""
     for door, other in (("api/http", "api.nats"), ("api/nats", "api.http")):

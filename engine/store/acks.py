@@ -19,19 +19,20 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import Transaction
-from deltalake.exceptions import TableNotFoundError
 
 from engine import errors
 from engine.ack_events import AckEvent, AckEvents
 from engine.pipeline import GroupCommit, Request
 from engine.store import ack_log
 from engine.store.backlog import Backlog
-from engine.store.commits import TableCommitter, ensure_table, open_table
+from engine.store.commits import TableCommitter, ensure_table
+from engine.store.delta_actions import AddFile, Txn
+from engine.store.delta_log import TableNotFoundError, log_of
 from engine.store.layout import ACK_SCHEMA, ACK_TABLE_PROPERTIES, Layout
 from engine.store.lease import commit_lease
 from engine.store.leases import Lease
 from engine.store.object_log import open_log
+from engine.store.table_scan import read_all
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +173,7 @@ class AckStore:
 
     def create(self) -> None:
         ensure_table(self.path, ACK_SCHEMA, None, ACK_TABLE_PROPERTIES, self.sync_always)
-        self._flush_no = open_table(self.path).transaction_version(self.flush_app_id) or 0
+        self._flush_no = log_of(self.path).state().transaction_version(self.flush_app_id)
 
     def append(self, items: list[LogItem]) -> None:
         """Makes the events durable (per the sync policy); concurrent callers share one log write."""
@@ -284,7 +285,7 @@ class AckStore:
         last = table.column("event_seq")[-1].as_py()
         with commit_lease(self.layout.lease_file(self.path), timeout=lease_timeout):
             self._table.append(lambda _: table, self.flush_app_id, flush_no,
-                               extra=[Transaction(app_id=self.app_id, version=last)], fence=self._fence())
+                               extra=[Txn(self.app_id, last)], fence=self._fence())
 
     def _fence(self) -> tuple[str, int] | None:
         """A stream's ack store (several gateways) fences its commits with the stream lease's token."""
@@ -294,9 +295,21 @@ class AckStore:
         return f"owner-token:{self.scope}", lease.fence()
 
     def _delete_folded(self, folded: dict[str, int], lease_timeout: float) -> None:
-        predicate = " OR ".join(f"(consumer_id = '{cid}' AND event_seq < {seq})" for cid, seq in folded.items())
+        """Deletes each consumer's rows below the event its latest snapshot folded."""
+        ids = pa.array(list(folded), pa.string())
+        floors = pa.array(list(folded.values()), pa.int64())
+        highest = max(folded.values())
+
+        def doomed(rows: pa.Table) -> pa.Array:
+            floor = pc.take(floors, pc.index_in(rows.column("consumer_id"), value_set=ids))
+            return pc.less(rows.column("event_seq"), floor)
+
+        def may_hold(add: AddFile) -> bool:
+            low = add.bounds("event_seq")[0]
+            return low is None or low < highest
+
         with commit_lease(self.layout.lease_file(self.path), timeout=lease_timeout):
-            self._table.delete(predicate)
+            self._table.delete(doomed, may_hold)
 
     # -- recovery -----------------------------------------------------------------------------
 
@@ -310,9 +323,9 @@ class AckStore:
         flushed = 0
         tables: list[pa.Table] = []
         try:
-            dt = open_table(self.path)
-            flushed = dt.transaction_version(self.app_id) or 0
-            rows = dt.to_pyarrow_table()
+            state = log_of(self.path).state()
+            flushed = state.transaction_version(self.app_id)
+            rows = read_all(self.path, state, ACK_SCHEMA)
             if self.scope is not None:
                 rows = rows.filter(pc.equal(rows.column("stream"), self.scope))
             tables.append(rows)

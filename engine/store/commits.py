@@ -4,13 +4,12 @@ Each commit carries a Delta app transaction (`txn`: app id, version = the last s
 holds). Before writing, the table's transaction version is read: rows at or below it are already in
 the table (a commit that landed although the call that made it raised) and are not written again.
 After any exception the version is read again: a commit that landed is a commit, whatever the error
-said. delta-rs raises after the commit when its post-commit checkpoint fails (a nearly full disk,
-every `delta.checkpointInterval`-th version), so the checkpoint is taken here as a step of its own,
-whose failure is logged and leaves the commit standing. Under `--sync always` a commit is made
-durable (its Parquet files, their folders, the commit JSON, `_delta_log/` and the table folder are
-fsynced) before it counts, so the log segments it replaces can be deleted; on S3 a commit is durable
-when its conditional PUT returns (delta-rs's `aws_conditional_put=etag`). Counterpart: the
-exactly-once `txn` protocol of Delta Lake (delta.md); nats-server has none (it owns its files).
+said. The checkpoint every `delta.checkpointInterval` versions is a step of its own, whose failure is
+logged and leaves the commit standing. Under `--sync always` a commit is made durable (its Parquet
+files, their folders, the commit JSON, `_delta_log/` and the table folder are fsynced) before it
+counts, so the log segments it replaces can be deleted; on S3 a commit is durable when its
+conditional PUT returns. The log itself is delta_log.py's. Counterpart: the exactly-once `txn`
+protocol of Delta Lake (delta.md); nats-server has none (it owns its files).
 """
 
 from __future__ import annotations
@@ -23,25 +22,21 @@ from urllib.parse import unquote
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction
-from deltalake.exceptions import TableNotFoundError
 
 from engine.store import failpoints
 from engine.store.data_files import FileEncoding, write_data_files
+from engine.store.delta_actions import AddFile, LogState, Txn, now_ms
+from engine.store.delta_log import DeltaLog, TableNotFoundError, log_of
 from engine.store.layout import TableLocation
 from engine.store.leases import LeaseLostError
 from engine.store.objectstore import ObjectNotFoundError, ObjectStoreError
 
 log = logging.getLogger(__name__)
 
-NO_HOOKS = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
 _FIND_BACK = 200  # commits searched backwards for the one holding a transaction version
-
-
-def open_table(table: TableLocation) -> DeltaTable:
-    """The table's latest version through delta-rs. Raises TableNotFoundError."""
-    return DeltaTable(table.uri, storage_options=table.storage_options)
+RowFilter = Callable[[pa.Table], pa.Array]  # the rows of a file to delete (a boolean mask)
 
 
 def ensure_table(
@@ -52,10 +47,9 @@ def ensure_table(
     path = table.local_path
     if path is not None and (path / "_delta_log").exists():
         return
-    if path is None and DeltaTable.is_deltatable(table.uri, table.storage_options):
+    if path is None and latest_version(table) is not None:
         return
-    DeltaTable.create(table.uri, schema=schema, partition_by=partition_by, configuration=properties, mode="ignore",
-                      storage_options=table.storage_options)
+    log_of(table).create(schema, partition_by, properties)
     if sync and path is not None:
         _fsync(path / "_delta_log" / _commit_name(0))
         for folder in (path / "_delta_log", path, path.parent):
@@ -72,85 +66,82 @@ class TableCommitter:
         self.sync = sync and table.local_path is not None  # a PUT that returned is durable
         self._durable: dict[str, int] = {}  # app id -> transaction version known to be on disk
 
+    @property
+    def log(self) -> DeltaLog:
+        return log_of(self.table)
+
     def append(
         self,
         rows_after: Callable[[int], pa.Table],
         app_id: str,
         version: int,
-        extra: list[Transaction] | None = None,
+        extra: list[Txn] | None = None,
         encoding: FileEncoding = FileEncoding(),
         fence: tuple[str, int] | None = None,
     ) -> int:
         """Commits `rows_after(v)` (the rows above transaction version v, the table's now) with the
         transaction (`app_id`, `version`) unless the table holds it already; returns the table version
         holding it. Raises when it is not committed (or, under sync, not durable). The rows' files are
-        written here (data_files.py, encoded as `encoding` says) and delta-rs commits them.
+        written here (data_files.py, encoded as `encoding` says), then committed (delta_log.py).
 
         `fence` (app id, token): the writer's lease token, recorded as a transaction of its own; a
         table holding a larger token was committed by a newer owner, and the commit is refused
         (LeaseLostError). The caller holds the table's commit lease, so the check and the commit are
         one step for every JetLake writer."""
-        dt = open_table(self.table)
+        state = self.log.state()
         if fence is not None:
-            newer = dt.transaction_version(fence[0]) or 0
+            newer = state.transaction_version(fence[0])
             if newer > fence[1]:
                 raise LeaseLostError(f"{self.path} was committed under token {newer}, this writer has {fence[1]}")
-            extra = [*(extra or []), Transaction(app_id=fence[0], version=fence[1])]
-        done = dt.transaction_version(app_id) or 0
+            extra = [*(extra or []), Txn(fence[0], fence[1])]
+        done = state.transaction_version(app_id)
         if done >= version:
             log.info("%s: transaction %s/%d is already in %s; not written again", self.step, app_id, version, self.path)
-            return self._made_durable(app_id, done, dt.version())
+            return self._made_durable(app_id, done, state.version)
         if done:
-            self._made_durable(app_id, done, dt.version())
+            self._made_durable(app_id, done, state.version)
         rows = rows_after(done)
         try:
             action = failpoints.hit(f"{self.step}.commit") if failpoints.ARMED else None
-            self._write(dt, rows, encoding, [Transaction(app_id=app_id, version=version), *(extra or [])])
+            committed = self._write(state, rows, encoding, [Txn(app_id, version), *(extra or [])])
             failpoints.after(f"{self.step}.commit", action)
         except Exception as exc:
-            dt = self._landed(app_id, version, exc)
-        committed = dt.version()
-        self._checkpoint(dt, committed)
+            committed = self._landed(app_id, version, exc)
+        self._checkpoint(committed)
         if self.sync:
             self._sync(app_id, version, committed)
         return committed
 
-    def _write(self, dt: DeltaTable, rows: pa.Table, encoding: FileEncoding, transactions: list[Transaction]) -> None:
-        """Writes the rows' files, then commits them with the transactions in one Delta commit. A file
-        write that fails removes what it wrote; once the commit was tried, the files stay (it may have
-        landed: `_landed` decides, and an orphan is vacuum's)."""
-        metadata = dt.metadata()
-        partition_by = list(metadata.partition_columns)
-        stats = metadata.configuration.get("delta.dataSkippingStatsColumns", "")
-        adds = write_data_files(self.table, rows, partition_by, encoding,
-                                [name.strip() for name in stats.split(",") if name.strip()])
-        dt.create_write_transaction(adds, "append", dt.schema(), partition_by,
-                                    commit_properties=CommitProperties(app_transactions=transactions),
-                                    post_commithook_properties=NO_HOOKS)
-        dt.update_incremental()  # the commit leaves `dt` where it was; under the lease the latest is this one
+    def _write(self, state: LogState, rows: pa.Table, encoding: FileEncoding, transactions: list[Txn]) -> int:
+        """Writes the rows' files, then commits them with the transactions in one Delta commit; returns
+        its version. A file write that fails removes what it wrote; once the commit was tried, the files
+        stay (it may have landed: `_landed` decides, and an orphan is vacuum's)."""
+        adds = write_data_files(self.table, rows, state.partition_columns, encoding, state.stats_columns())
+        now = now_ms()
+        return self.log.commit([*(t.action(now) for t in transactions), *(a.action() for a in adds)],
+                               "WRITE", {"mode": "Append"})
 
-    def _landed(self, app_id: str, version: int, exc: Exception) -> DeltaTable:
-        """After a write raised: the table if the commit landed anyway; else the error goes on."""
+    def _landed(self, app_id: str, version: int, exc: Exception) -> int:
+        """After a write raised: the table's version if the commit landed anyway; else the error goes on."""
         try:
-            dt = open_table(self.table)
-            landed = (dt.transaction_version(app_id) or 0) >= version
+            state = self.log.state()
+            landed = state.transaction_version(app_id) >= version
         except Exception:  # noqa: BLE001 - the table cannot even be read: the write's own error says more
             landed = False
         if not landed:
             raise exc
         log.warning("%s: commit of %s/%d to %s raised (%s) after it landed: counted as committed",
                     self.step, app_id, version, self.path, exc)
-        return dt
+        return state.version
 
-    def _checkpoint(self, dt: DeltaTable, version: int) -> None:
+    def _checkpoint(self, version: int) -> None:
         """A checkpoint every `delta.checkpointInterval` versions, as delta-rs would; a failure is logged only."""
         try:
-            interval = int(dt.metadata().configuration.get("delta.checkpointInterval", "100"))
+            interval = self.log.state(refresh=False).checkpoint_interval()
             if interval <= 0 or (version + 1) % interval:
                 return
             action = failpoints.hit(f"{self.step}.checkpoint") if failpoints.ARMED else None
-            dt.create_checkpoint()
-            dt.cleanup_metadata()
+            self.log.checkpoint()
             failpoints.after(f"{self.step}.checkpoint", action)
         except Exception as exc:  # noqa: BLE001 - the commit stands; readers replay more JSON until the next checkpoint
             log.warning("%s: checkpoint of %s at version %d failed (the commit stands): %s",
@@ -181,20 +172,43 @@ class TableCommitter:
         if not self.sync:
             return
         try:
-            dt = open_table(self.table)
+            state = self.log.state()
         except TableNotFoundError:
             return
-        txn = dt.transaction_version(app_id)
+        txn = state.transaction_version(app_id)
         if txn:
-            self._made_durable(app_id, txn, dt.version())
+            self._made_durable(app_id, txn, state.version)
 
-    def delete(self, predicate: str) -> None:
-        """Deletes rows (the ack table's folded events); the `<step>.fold` failpoint."""
+    def delete(self, doomed: RowFilter, may_hold: Callable[[AddFile], bool]) -> int:
+        """Deletes rows (the ack table's folded events) of an unpartitioned table: each file that
+        `may_hold` some (by its statistics) is read, and one where `doomed` marks rows is replaced by a
+        file of the others, all in one commit. The `<step>.fold` failpoint. Returns the rows deleted."""
         action = failpoints.hit(f"{self.step}.fold") if failpoints.ARMED else None
-        dt = open_table(self.table)
-        dt.delete(predicate, post_commithook_properties=NO_HOOKS)
-        failpoints.after(f"{self.step}.fold", action)
-        self._checkpoint(dt, dt.version())
+        state = self.log.state()
+        if state.partition_columns:
+            raise ValueError(f"{self.path}: rows are deleted here from unpartitioned tables only")
+        actions: list[dict[str, object]] = []
+        deleted = 0
+        now = now_ms()
+        for add in list(state.files.values()):
+            if not may_hold(add):
+                continue
+            rows = pq.read_table(self.table.file(add.path), filesystem=self.table.filesystem)
+            mask = pc.fill_null(doomed(rows), False)
+            gone = pc.sum(mask).as_py() or 0
+            if not gone:
+                continue
+            deleted += gone
+            actions.append(add.remove_action(now))
+            kept = rows.filter(pc.invert(mask))
+            actions += [a.action() for a in write_data_files(self.table, kept, [], FileEncoding(), state.stats_columns())]
+        if actions:
+            version = self.log.commit(actions, "DELETE", {})
+            failpoints.after(f"{self.step}.fold", action)
+            self._checkpoint(version)
+        else:
+            failpoints.after(f"{self.step}.fold", action)
+        return deleted
 
 
 def find_transaction(path: Path, app_id: str, txn: int, latest: int) -> int | None:
@@ -234,45 +248,10 @@ def sync_commit(path: Path, version: int) -> None:
         _fsync(folder)
 
 
-def transactions(table: TableLocation) -> dict[str, int] | None:
-    """Every app transaction's version in `table` (app id -> version), read through the warehouse's
-    object store from its last checkpoint and the commits after it in one pass: one answer for
-    thousands of app ids, where `DeltaTable.transaction_version` costs a call each. None when the log
-    is not in a shape read here (a multi-part checkpoint, a commit missing): the caller then asks
-    delta-rs per app id."""
-    store, log_key = table.objects, _log_key(table)
-    found: dict[str, int] = {}
-    start = 0
-    try:
-        pointer = orjson.loads(store.get(f"{log_key}/_last_checkpoint").data)
-    except ObjectNotFoundError:
-        pointer = None
-    except (ObjectStoreError, orjson.JSONDecodeError):
-        return None
-    if pointer is not None:
-        if pointer.get("parts"):
-            return None
-        start = int(pointer["version"])
-        try:
-            checkpoint = store.get(f"{log_key}/{start:020d}.checkpoint.parquet").data
-            txn = pq.read_table(pa.BufferReader(checkpoint), columns=["txn"]).column("txn").drop_null().to_pylist()
-        except (ObjectStoreError, KeyError, pa.ArrowInvalid):
-            return None
-        for action in txn:
-            found[action["appId"]] = action["version"]
-        start += 1
-    latest = latest_version(table)
-    for version in range(start, (latest if latest is not None else -1) + 1):
-        try:
-            lines = store.get(f"{log_key}/{_commit_name(version)}").data.splitlines()
-        except ObjectNotFoundError:
-            return None
-        for line in lines:
-            if b'"txn"' in line:
-                action = orjson.loads(line).get("txn")
-                if action:
-                    found[action["appId"]] = action["version"]
-    return found
+def transactions(table: TableLocation) -> dict[str, int]:
+    """Every app transaction's version in `table` (app id -> version), from one replay of its log: one
+    answer for thousands of app ids. Raises TableNotFoundError."""
+    return dict(log_of(table).state().txns)
 
 
 def added_files(table: TableLocation, version: int) -> list[str]:

@@ -4,8 +4,8 @@ delta-rs's `write_deltalake` copies the rows it is handed into its own buffers b
 a flush of 300,000 messages took 71 MB more RSS through it, against 28 MB and less than half the
 CPU written here (one encoder per file, fed from the rows as they are, or for a commit of several
 partitions from one joined copy of them; a local file written in place, one on S3 PUT from memory).
-delta-rs still makes the commit (`DeltaTable.create_write_transaction`, commits.py) from the add
-actions made here, which carry what delta-rs's writer puts in them: the Hive partition folders as it
+The commit (commits.py, delta_log.py) is made of the add actions made here, which carry what
+delta-rs's writer puts in them: the Hive partition folders as it
 names them, and the statistics of the table's `delta.dataSkippingStatsColumns` only (no subject or
 payload value enters the log), timestamps cut to milliseconds as delta-rs cuts them.
 """
@@ -26,8 +26,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from deltalake.transaction import AddAction
 
+from engine.store.delta_actions import AddFile
 from engine.store.layout import TableLocation
 
 log = logging.getLogger(__name__)
@@ -49,11 +49,11 @@ class FileEncoding:
 
 def write_data_files(
     table: TableLocation, rows: pa.Table, partition_by: list[str], encoding: FileEncoding, stats_columns: list[str],
-) -> list[AddAction]:
+) -> list[AddFile]:
     """Writes `rows` into new files of `table` (a partition's rows in its own folder, in their order) and
     returns their add actions; no rows, no file. A failed write removes the files it made before it
     raises: nothing refers to them yet."""
-    written: list[AddAction] = []
+    written: list[AddFile] = []
     try:
         for values, part in _partitions(rows, partition_by):
             folder = "/".join(f"{column}={quote(value, safe='')}" for column, value in zip(partition_by, values))
@@ -66,7 +66,7 @@ def write_data_files(
     return written
 
 
-def _remove(table: TableLocation, actions: list[AddAction]) -> None:
+def _remove(table: TableLocation, actions: list[AddFile]) -> None:
     """Deletes files that no commit refers to (a write that failed part way)."""
     for action in actions:
         try:
@@ -105,7 +105,7 @@ def _partitions(rows: pa.Table, partition_by: list[str]) -> Iterator[tuple[list[
 def _write_partition(
     table: TableLocation, folder: str, partition_values: dict[str, str], rows: pa.Table, encoding: FileEncoding,
     stats_columns: list[str],
-) -> Iterator[AddAction]:
+) -> Iterator[AddFile]:
     """A partition's files: one, or more past TARGET_FILE_BYTES each."""
     offset = 0
     while offset < rows.num_rows:
@@ -119,8 +119,8 @@ def _write_partition(
         except BaseException:
             sink.discard()
             raise
-        yield AddAction(path=relative, size=size, partition_values=partition_values,
-                        modification_time=time.time_ns() // 1_000_000, data_change=True, stats=stats)
+        yield AddFile(path=relative, size=size, partition_values=partition_values,
+                      modification_time=time.time_ns() // 1_000_000, data_change=True, stats=stats)
         offset = end
 
 

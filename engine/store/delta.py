@@ -22,6 +22,7 @@ from engine.errors import JetStreamError
 from engine.index import MessageIndex
 from engine.store.backlog import Backlog
 from engine.store.base import Recovered, Removal, StoredMessage
+from engine.store import delta_log
 from engine.store.commits import ensure_table, latest_version
 from engine.store.flush_commits import FlushCommitter, FlushJob, flush_table
 from engine.store.index_snapshots import DedupSource, IndexSnapshots
@@ -81,6 +82,7 @@ class DeltaStore:
         self.partitioner = Partitioner(partition_tokens, keyed=keyed)
         self.sync_always = sync_always
         self.table = layout.stream_table_location(stream)
+        delta_log.drop(self.table)  # a namesake's log state, or one another gateway has committed to since
         self.backlog = backlog or Backlog()
         self.wal = open_log(layout, stream, log_lease, sync_always, backlog=self.backlog)
         self.buffer = MessageBuffer(cache_bytes)
@@ -335,6 +337,7 @@ class DeltaStore:
             with commit_lease(self.layout.lease_file(self.table), timeout=LIFECYCLE_LEASE_TIMEOUT):
                 self.layout.objects.delete_prefix(self.table.key)
                 self.wal.destroy()
+            delta_log.drop(self.table)
         except TimeoutError:
             log.error("stream %s deleted, but a job holds its table's lease: its table and log stay until a "
                       "namesake is created", self.stream)

@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import Transaction
 
 from engine.store.base import Removal
 from engine.store.commits import TableCommitter, added_files
+from engine.store.delta_actions import Txn
 from engine.store.data_files import FileEncoding
 from engine.store.layout import STREAM_SCHEMA, TOMBSTONE_SCHEMA, Layout, TableLocation
 from engine.store.lease import commit_lease
@@ -162,7 +162,7 @@ class FlushCommitter:
         self._tombstones.ensure_durable(self.lsn_app)
 
     def _commit_removals(self, job: FlushJob, lease_timeout: float | None) -> None:
-        extra = [Transaction(app_id=self._seq_app, version=max(job.last_seq, 0))]
+        extra = [Txn(self._seq_app, max(job.last_seq, 0))]
         with commit_lease(self.layout.lease_file(self.layout.tombstones), timeout=lease_timeout):
             self._tombstones.append(
                 lambda done: self._tombstone_rows([r for lsn, r in job.removals if lsn > done]),

@@ -16,15 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from urllib.parse import unquote
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
 
+from engine.store.delta_log import TableNotFoundError, log_of
 from engine.store.layout import PARTITION_COLUMN, TableLocation
 
 SubjectMatch = Callable[[str], bool]
@@ -55,21 +52,16 @@ def scan(
     With `with_data`, `open_rows` (when given) turns the stored values into plaintext first."""
     out = StoredRows()
     try:
-        dt = DeltaTable(table.uri, storage_options=table.storage_options)
+        state = log_of(table).state()
     except TableNotFoundError:
         return out
-    out.flushed = dt.transaction_version(stream_id) or 0
-    actions = pa.table(dt.get_add_actions(flatten=True))
-    if actions.num_rows == 0:
-        return out
-    paths = actions.column("path").to_pylist()
-    partitions = actions.column(f"partition.{PARTITION_COLUMN}").to_pylist()
-    highs = actions.column("max.seq").to_numpy(zero_copy_only=False).astype(np.int64)
+    out.flushed = state.transaction_version(stream_id)
     columns = ["seq", "subject", "data"] if with_data else ["seq", "subject"]
-    for path, partition, high in zip(paths, partitions, highs.tolist(), strict=True):
-        if high <= above or not partition_match(partition):
+    for add in list(state.files.values()):
+        high = add.bounds("seq")[1]
+        if (high is not None and high <= above) or not partition_match(add.partition_values.get(PARTITION_COLUMN) or ""):
             continue
-        rows = pq.read_table(table.file(unquote(path)), columns=columns, filesystem=table.filesystem)
+        rows = pq.read_table(table.file(add.path), columns=columns, filesystem=table.filesystem)
         out.files_read += 1
         if open_subjects is not None:
             rows = open_subjects(rows)

@@ -18,13 +18,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake.exceptions import TableNotFoundError
 
 from engine.errors import JetStreamError
 from engine.index import MessageIndex
 from engine.seqset import SeqSet
 from engine.store.base import Recovered
-from engine.store.commits import latest_version, open_table
+from engine.store.commits import latest_version
+from engine.store.delta_log import TableNotFoundError, log_of
 from engine.store.flush_commits import FlushCommitter
 from engine.store.index_snapshots import IndexSnapshots
 from engine.store.layout import PARTITION_COLUMN, Partitioner
@@ -104,7 +104,7 @@ class StreamRecovery:
             flushed_seq = snapshot[0]["flushed_seq"]
         elif has_table:
             try:
-                flushed_seq = open_table(self.table).transaction_version(self.stream_id) or 0
+                flushed_seq = log_of(self.table).state().transaction_version(self.stream_id)
             except TableNotFoundError:
                 has_table = False
         index, covered = self.snapshots.index_from(snapshot, flushed_seq) if has_table else (None, None)

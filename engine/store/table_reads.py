@@ -31,17 +31,17 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from deltalake import DeltaTable
 from pyarrow._parquet import ParquetReader
 
 from engine.errors import JetStreamError
+from engine.store.delta_actions import bounds
+from engine.store.delta_log import log_of
 from engine.store.base import StoredMessage
 from engine.store.layout import PARTITION_COLUMN, STREAM_SCHEMA, TableLocation
 from engine.store.parquet_footer import FileBounds, bounds_from_arrays, bounds_to_arrays
@@ -411,7 +411,7 @@ def _int64s(column: pa.ChunkedArray) -> np.ndarray:
 @dataclass
 class _FileMap:
     version: int = -1
-    paths: list[str] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)  # relative to the table, unquoted
     partitions: np.ndarray = field(default_factory=lambda: np.zeros(0, object))
     min_seq: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     max_seq: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -510,7 +510,7 @@ class TableReads:
                 candidates = candidates[files.partitions[candidates] == partition]
             try:
                 for i in candidates.tolist():
-                    found = self._row_groups.find(self.table.file(unquote(files.paths[i])), seq, subject)
+                    found = self._row_groups.find(self.table.file(files.paths[i]), seq, subject)
                     if found is not None:
                         with self._files_lock:
                             if generation == self._generation:
@@ -550,7 +550,7 @@ class TableReads:
         mask = (files.min_seq <= hi) & (files.max_seq >= lo) & np.isin(files.partitions, list(partitions))
         held = {id(w) for _, _, w in self._windows}
         for i in np.flatnonzero(mask):
-            path = self.table.file(unquote(files.paths[i]))
+            path = self.table.file(files.paths[i])
             try:
                 bounds = self._row_groups.bounds(path)
                 for group in np.flatnonzero((bounds.lows <= hi) & (bounds.highs >= lo)).tolist():
@@ -600,7 +600,7 @@ class TableReads:
         since_us = since_ns // 1000  # statistics compared in microseconds (a missing one is 2**62)
         reach = files.max_ts + _STATS_TS_GRAIN_US  # the Delta log's `ts` statistics are cut to milliseconds
         for i in np.flatnonzero((files.min_seq <= hi) & (files.max_seq >= lo) & (reach >= since_us)):
-            path = self.table.file(unquote(files.paths[i]))
+            path = self.table.file(files.paths[i])
             bounds = self._row_groups.bounds(path)
             chosen = (bounds.lows <= hi) & (bounds.highs >= lo) & (bounds.last_ts >= since_us)
             groups += [(int(bounds.lows[g]), path, bounds, g) for g in np.flatnonzero(chosen).tolist()]
@@ -631,7 +631,7 @@ class TableReads:
         files = self._file_map(refresh)
         parts: list[pa.Table] = []
         for i in np.flatnonzero((files.min_seq <= hi) & (files.max_seq >= lo)):
-            path = self.table.file(unquote(files.paths[i]))
+            path = self.table.file(files.paths[i])
             bounds = self._row_groups.bounds(path)
             groups = np.flatnonzero((bounds.lows <= hi) & (bounds.highs >= lo)).tolist()
             if groups:
@@ -659,7 +659,7 @@ class TableReads:
         last_file = int(np.argmax(files.max_seq))
         chosen = sorted(set(np.flatnonzero(files.max_ts + _STATS_TS_GRAIN_US >= since_us).tolist()) | {last_file})
         columns = ["seq", "ts", "msg_id"] if self._opener is None else ["seq", "ts", "subject", "headers"]
-        parts = [pq.read_table(self.table.file(unquote(files.paths[i])), columns=columns,
+        parts = [pq.read_table(self.table.file(files.paths[i]), columns=columns,
                                filesystem=self.table.filesystem) for i in chosen]
         table = _once_per_seq(pa.concat_tables(parts, promote_options="permissive").sort_by("seq"))
         if self._opener is not None:  # the msg ids are in the sealed headers
@@ -687,29 +687,19 @@ class TableReads:
     def _file_map(self, refresh: bool) -> _FileMap:
         with self._files_lock:
             if refresh or self._files.version < 0 or self._stale:
-                dt = DeltaTable(self.table.uri, storage_options=self.table.storage_options)
-                actions = pa.table(dt.get_add_actions(flatten=True))
-                n = actions.num_rows
+                state = log_of(self.table).state()
+                files = list(state.files.values())
+                min_seq, max_seq = bounds(files, "seq", -1, 2**62)
                 self._files = _FileMap(
-                    version=dt.version(),
-                    paths=actions.column("path").to_pylist(),
-                    partitions=np.array(actions.column(f"partition.{PARTITION_COLUMN}").to_pylist(), dtype=object),
-                    min_seq=_stat(actions, "min.seq", n, -1),
-                    max_seq=_stat(actions, "max.seq", n, 2**62),
-                    max_ts=_stat(actions, "max.ts", n, 2**62, cast=True),
+                    version=state.version,
+                    paths=[add.path for add in files],
+                    partitions=np.array([add.partition_values.get(PARTITION_COLUMN) for add in files], dtype=object),
+                    min_seq=min_seq,
+                    max_seq=max_seq,
+                    max_ts=bounds(files, "ts", 2**62, 2**62)[1],
                 )
                 self._stale = False
             return self._files
-
-
-def _stat(actions: pa.Table, name: str, rows: int, missing: int, cast: bool = False) -> np.ndarray:
-    """A per-file statistic column as int64 (a file without statistics gets `missing`: never pruned)."""
-    if name not in actions.column_names:
-        return np.full(rows, missing, np.int64)
-    column = actions.column(name)
-    if cast:
-        column = column.cast(pa.int64())
-    return column.fill_null(missing).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
 def _once_per_seq(table: pa.Table) -> pa.Table:

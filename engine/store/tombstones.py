@@ -13,20 +13,17 @@ each stream's own message blocks.
 
 from __future__ import annotations
 
-import logging
 import threading
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
 
-from engine.store.commits import open_table, transactions
-from engine.store.layout import TableLocation
-
-log = logging.getLogger(__name__)
+from engine.store.delta_actions import LogState
+from engine.store.delta_log import TableNotFoundError, log_of
+from engine.store.layout import TOMBSTONE_SCHEMA, TableLocation
+from engine.store.table_scan import read_all
 
 
 @dataclass(frozen=True)
@@ -50,39 +47,32 @@ class TombstoneView:
 
     def __init__(self, table: TableLocation) -> None:
         self.table = table
-        self._table: DeltaTable | None = None
+        self._state: LogState | None = None
         self._loaded = False
         self._lock = threading.Lock()
         self._starts: dict[str, tuple[int, int]] = {}  # stream_id -> [start, end) rows of the sorted columns
         self._first = np.zeros(0, np.int64)
         self._last = np.zeros(0, np.int64)
-        self._versions: dict[str, int] | None = None  # every app transaction, when the log could be read in one pass
 
     def for_stream(self, stream_id: str) -> StreamTombstones:
         """The stream's versions and ranges (none when the table does not exist yet)."""
         with self._lock:  # streams recover in parallel; the first one to ask reads the table
             if not self._loaded:
                 self._load()
-        if self._table is None:
+        if self._state is None:
             return _NONE
-        lsn, last_seq = self._version(f"{stream_id}/lsn"), self._version(f"{stream_id}/seq")
+        lsn = self._state.transaction_version(f"{stream_id}/lsn")
+        last_seq = self._state.transaction_version(f"{stream_id}/seq")
         start, end = self._starts.get(stream_id, (0, 0))
         return StreamTombstones(lsn, last_seq, self._first[start:end], self._last[start:end])
-
-    def _version(self, app_id: str) -> int:
-        if self._versions is not None:
-            return self._versions.get(app_id, 0)
-        assert self._table is not None
-        return self._table.transaction_version(app_id) or 0
 
     def _load(self) -> None:
         self._loaded = True
         try:
-            self._table = open_table(self.table)
+            self._state = log_of(self.table).state()
         except TableNotFoundError:
             return
-        self._versions = _checked(transactions(self.table), self._table)
-        rows = self._table.to_pyarrow_table(columns=["stream_id", "first_seq", "last_seq"])
+        rows = read_all(self.table, self._state, TOMBSTONE_SCHEMA).select(["stream_id", "first_seq", "last_seq"])
         if not rows.num_rows:
             return
         order = pc.sort_indices(rows, sort_keys=[("stream_id", "ascending")])
@@ -98,14 +88,3 @@ class TombstoneView:
         ends = np.concatenate([bounds, [len(codes)]]).tolist()
         for start, end in zip(starts, ends, strict=True):
             self._starts[names[codes[start]]] = (start, end)
-
-
-def _checked(versions: dict[str, int] | None, table: DeltaTable) -> dict[str, int] | None:
-    """The versions read from the log if delta-rs agrees on a sample of them; else None (ask delta-rs)."""
-    if versions is None:
-        return None
-    sample = list(versions.items())[-3:]
-    if any((table.transaction_version(app_id) or 0) != version for app_id, version in sample):
-        log.warning("%s: app transactions read from the log differ from delta-rs's; asking per stream", table)
-        return None
-    return versions

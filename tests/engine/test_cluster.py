@@ -28,11 +28,12 @@ from engine.cluster import (
     stream_ref,
 )
 from engine.cluster.service import Cluster
-from engine.store.commits import TableCommitter, ensure_table, open_table
+from engine.store.commits import TableCommitter, ensure_table
 from engine.store.layout import Layout
 from engine.store.leases import Lease, LeaseLostError
 from engine.store.object_log import ObjectLog
 from engine.store.objectstore import ObjectStore
+from tests.delta_tables import open_table
 
 TTL = 10_000_000_000
 STREAMS = [f"S{i}" for i in range(60)]

@@ -15,9 +15,10 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from engine.store import data_files
-from engine.store.commits import TableCommitter, added_files, ensure_table, open_table
+from engine.store.commits import TableCommitter, added_files, ensure_table
 from engine.store.flush_commits import message_encoding
 from engine.store.layout import PARTITION_COLUMN, STREAM_SCHEMA, STREAM_TABLE_PROPERTIES, Layout
+from tests.delta_tables import open_table
 
 # every character a partition value may hold (layout.partition_value), '$' and '~' among them
 PARTITIONS = ["orders", "$KV", "a~b", "x.y-z_1", "A$~.-_9", "$O~0123456789abcdef"]

@@ -1,6 +1,7 @@
-"""delta-rs writes and reads Delta tables on the real S3 server, committing by conditional PUT
-(`aws_conditional_put=etag`, from `WarehouseLocation.storage_options`): concurrent appenders from
-several threads lose no commit and duplicate no row, with no lock service."""
+"""Delta tables on the real S3 server, committed by conditional PUT: delta-rs's (the jobs' and Spark's
+neighbour, `aws_conditional_put=etag` from `WarehouseLocation.storage_options`), whose concurrent
+appenders from several threads lose no commit and duplicate no row with no lock service; and the
+engine's own log (engine/store/delta_log.py), whose deposed writer loses its version's PUT."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pytest
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-from deltalake.exceptions import CommitFailedError
+from deltalake import DeltaTable, write_deltalake
 
+from engine.store.commits import TableCommitter, ensure_table
+from engine.store.delta_actions import LogState, Txn
+from engine.store.delta_log import CommitConflictError, DeltaLog
+from engine.store.layout import Layout
+from engine.store.leases import LeaseLostError
 from tests.s3 import S3Server
 
 APPENDERS = 3
@@ -54,24 +59,33 @@ def test_delta_rs_round_trip_with_concurrent_appenders(s3_server: S3Server) -> N
     assert f"default/streams/ORDERS/_delta_log/{APPENDERS * APPENDS:020d}.json" in listed
 
 
+class _PausedLog(DeltaLog):
+    """A writer paused between reading the log and committing: it commits on the state it read."""
+
+    __slots__ = ("snapshot",)
+
+    def state(self, refresh: bool = True) -> LogState:
+        return self.snapshot
+
+
 def test_a_deposed_owners_table_commit_is_refused_by_its_fencing_transaction(s3_server: S3Server) -> None:
-    """The fence of table commits the integration builds on: each flush commit carries the app
-    transaction `<stream_id>.owner = fencing token`. A commit based on a snapshot older than a newer
-    owner's commit of that app id is refused by delta-rs's conflict check (ConcurrentTransaction);
-    one based on the new snapshot sees the larger token before committing."""
+    """The fence of table commits: each flush commit carries the app transaction `<stream_id>.owner =
+    fencing token`. A commit based on a state older than a newer owner's commit loses the conditional
+    PUT of its version (CommitConflictError) and adds nothing; the next attempt reads the larger token
+    before committing (LeaseLostError)."""
     location = s3_server.location()
     location.open()
-    uri, options = location.uri("default/streams/FENCED"), location.storage_options()
-    write_deltalake(uri, _rows(0, 0), storage_options=options)
-    old_owner = DeltaTable(uri, storage_options=options)
-    new_owner = DeltaTable(uri, storage_options=options)
+    table = Layout(location).stream_table_location("FENCED")
+    schema = pa.schema([("id", pa.int64()), ("writer", pa.int32())])
+    ensure_table(table, schema, None, {})
+    old_owner = _PausedLog(table)
+    old_owner.snapshot = DeltaLog(table).state()
 
-    write_deltalake(new_owner, _rows(2, 0), mode="append", storage_options=options,
-                    commit_properties=CommitProperties(app_transactions=[Transaction("sid.owner", 2)]))
-    with pytest.raises(CommitFailedError):
-        write_deltalake(old_owner, _rows(1, 0), mode="append", storage_options=options,
-                        commit_properties=CommitProperties(app_transactions=[Transaction("sid.owner", 1)]))
-    fresh = DeltaTable(uri, storage_options=options)
-    assert fresh.transaction_version("sid.owner") == 2, "a reloaded stale owner sees it was deposed"
-    writers = sorted(set(fresh.to_pyarrow_table().column("writer").to_pylist()))
-    assert writers == [0, 2], "the deposed owner's rows are not in the table"
+    TableCommitter(table, "stream").append(lambda _: _rows(2, 0), "sid", 1, fence=("sid.owner", 2))
+    with pytest.raises(CommitConflictError):
+        old_owner.commit([Txn("sid.owner", 1).action(0)], "WRITE")
+    with pytest.raises(LeaseLostError, match="token 2"):
+        TableCommitter(table, "stream").append(lambda _: _rows(1, 0), "sid", 2, fence=("sid.owner", 1))
+    fresh = DeltaTable(table.uri, storage_options=table.storage_options)
+    assert fresh.version() == 1 and fresh.transaction_version("sid.owner") == 2
+    assert sorted(set(fresh.to_pyarrow_table().column("writer").to_pylist())) == [2]

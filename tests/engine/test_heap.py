@@ -64,33 +64,6 @@ def test_malloc_variables_override_the_policy(monkeypatch: pytest.MonkeyPatch) -
     assert heap.keep_freed_memory() is (heap._LIBC is not None)
 
 
-_RUST_CONF_WHEN_DELTALAKE_LOADS = """
-import os, sys
-seen = []
-class Watch:
-    def find_spec(self, name, path=None, target=None):
-        if name == "deltalake":
-            seen.append(os.environ.get("_RJEM_MALLOC_CONF"))
-        return None
-sys.meta_path.insert(0, Watch())
-import engine
-print(seen[0] if seen else "deltalake not loaded")
-"""
-
-
-@pytest.mark.parametrize("preset", [None, "dirty_decay_ms:5000"])
-def test_delta_rs_allocator_is_configured_before_deltalake_loads(preset: str | None) -> None:
-    """delta-rs's jemalloc reads `_RJEM_MALLOC_CONF` once, when its module first allocates: the engine
-    sets it before anything imports deltalake (unless the environment already does)."""
-    env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
-    if preset is not None:
-        env["_RJEM_MALLOC_CONF"] = preset
-    env["PYTHONPATH"] = str(ROOT)
-    out = subprocess.run([sys.executable, "-c", _RUST_CONF_WHEN_DELTALAKE_LOADS], env=env, cwd=ROOT,
-                         capture_output=True, text=True, timeout=120, check=True)
-    assert out.stdout.strip() == (preset or heap.RUST_JEMALLOC_CONF)
-
-
 def test_stats_count_what_glibc_and_arrow_hold() -> None:
     before = heap.stats()
     block = np.ones(16 * 1024 * 1024, np.uint8)  # 16 MiB from glibc (numpy's allocator)
