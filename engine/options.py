@@ -12,7 +12,12 @@ from engine.store.backlog import DEFAULT_MAX_LOG_BYTES, DEFAULT_MAX_TOTAL_BYTES
 from engine.store.delta import DEFAULT_CACHE_BYTES
 
 DEFAULT_FLUSH_INTERVAL = 1.0
-DEFAULT_FLUSH_BYTES = 128 * 1024 * 1024
+# A stream's log is committed once this many bytes wait (else every flush_interval): what a load holds
+# in flight, its index rows and the commit's copies grow with it. With a million distinct subjects the
+# gateway's RSS during the load was 258-265 MB at 32 MiB (the backpressure's wake-up, which bounded the
+# 128 MiB this was before) and 228 MB at 16 MiB; 20 M messages on 10 subjects went in at 688k msgs/s
+# against 752k, in twice the files (276), which the compaction job joins.
+DEFAULT_FLUSH_BYTES = 16 * 1024 * 1024
 
 
 @dataclass

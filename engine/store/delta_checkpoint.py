@@ -126,16 +126,17 @@ def _as_json(action: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def write(objects: ObjectStore, log_key: str, state: LogState) -> None:
-    """Writes the checkpoint of `state` and points `_last_checkpoint` at it."""
+def write(objects: ObjectStore, log_key: str, state: LogState) -> set[str]:
+    """Writes the checkpoint of `state` and points `_last_checkpoint` at it; returns the paths of the
+    removed files it carries (their tombstones have not expired)."""
     now = time.time_ns() // 1_000_000
     expired_before = now - interval_ms(state.configuration.get("delta.deletedFileRetentionDuration"),
                                        DEFAULT_TOMBSTONE_RETENTION)
     rows: list[dict[str, Any]] = [{"protocol": state.protocol}, {"metaData": _with_maps(state.metadata)}]
     rows += [{"txn": {"appId": app, "version": version, "lastUpdated": now}} for app, version in state.txns.items()]
     rows += [{"add": _with_maps(add.action()["add"])} for add in state.files.values()]
-    rows += [{"remove": _with_maps({**gone.action, "path": log_path(path)})} for path, gone in state.removed.items()
-             if gone.deletion_timestamp >= expired_before]
+    kept = {path for path, gone in state.removed.items() if gone.deletion_timestamp >= expired_before}
+    rows += [{"remove": _with_maps({**state.removed[path].action, "path": log_path(path)})} for path in kept]
     sink = pa.BufferOutputStream()
     pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), sink, compression="snappy")
     data = sink.getvalue()
@@ -143,6 +144,7 @@ def write(objects: ObjectStore, log_key: str, state: LogState) -> None:
     pointer = {"version": state.version, "size": len(rows), "sizeInBytes": data.size,
                "numOfAddFiles": len(state.files)}
     objects.put(f"{log_key}/_last_checkpoint", orjson.dumps(pointer))
+    return kept
 
 
 def _with_maps(action: dict[str, Any]) -> dict[str, Any]:

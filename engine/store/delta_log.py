@@ -131,7 +131,11 @@ class DeltaLog:
         """Writes a checkpoint of the latest version, then removes log entries past their retention
         (delta_checkpoint.py); returns the version checkpointed."""
         state = self.state()
-        delta_checkpoint.write(self.table.objects, self.key, state)
+        kept = delta_checkpoint.write(self.table.objects, self.key, state)
+        with self._lock:  # expired tombstones leave the memory too
+            if self._state is not None and self._state.removed.keys() - kept:
+                self._state = self._state.copy()
+                self._state.removed = {p: r for p, r in self._state.removed.items() if p in kept}
         delta_checkpoint.clean_up(self.table.objects, self.key, state)
         return state.version
 
@@ -150,10 +154,13 @@ class DeltaLog:
         return state
 
     def _follow(self, state: LogState) -> LogState:
-        """`state` brought to the latest version; replayed again if a checkpoint overtook it (older
-        commits may be cleaned up by then)."""
-        followed = state.copy()
-        if self._apply_commits(followed):
+        """`state` brought to the latest version (a copy when commits followed it); replayed again if a
+        checkpoint overtook it (older commits may be cleaned up by then)."""
+        following = self._read_commit(state.version + 1)
+        if following is not None:
+            followed = state.copy()
+            apply(followed, state.version + 1, following)
+            self._apply_commits(followed)
             return followed
         pointer = delta_checkpoint.last_checkpoint(self.table.objects, self.key)
         if pointer is not None and int(pointer["version"]) > state.version:
@@ -162,14 +169,18 @@ class DeltaLog:
 
     def _apply_commits(self, state: LogState) -> bool:
         """Applies the commits after `state.version` in order, in place; whether there was any."""
-        applied = False
-        while True:
-            try:
-                data = self.table.objects.get(f"{self.key}/{commit_name(state.version + 1)}").data
-            except ObjectNotFoundError:
-                return applied
-            apply(state, state.version + 1, [orjson.loads(line) for line in data.splitlines() if line.strip()])
-            applied = True
+        found = False
+        while (actions := self._read_commit(state.version + 1)) is not None:
+            apply(state, state.version + 1, actions)
+            found = True
+        return found
+
+    def _read_commit(self, version: int) -> list[dict[str, Any]] | None:
+        try:
+            data = self.table.objects.get(f"{self.key}/{commit_name(version)}").data
+        except ObjectNotFoundError:
+            return None
+        return [orjson.loads(line) for line in data.splitlines() if line.strip()]
 
 
 def commit_name(version: int) -> str:

@@ -59,7 +59,8 @@ def scan(
     columns = ["seq", "subject", "data"] if with_data else ["seq", "subject"]
     for add in list(state.files.values()):
         high = add.bounds("seq")[1]
-        if (high is not None and high <= above) or not partition_match(add.partition_values.get(PARTITION_COLUMN) or ""):
+        partition = add.partition_values.get(PARTITION_COLUMN) or ""
+        if (high is not None and high <= above) or not partition_match(partition):
             continue
         rows = pq.read_table(table.file(add.path), columns=columns, filesystem=table.filesystem)
         out.files_read += 1

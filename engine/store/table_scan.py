@@ -11,13 +11,14 @@ from engine.store.layout import TableLocation
 
 
 def read_all(table: TableLocation, state: LogState, schema: pa.Schema) -> pa.Table:
-    """The rows of every file of `state`, as `schema` (its columns only; a column a file lacks, from
-    before it was added, is null)."""
+    """The rows of every file of `state`, as `schema` (those columns only, read alone; a column a file
+    lacks, from before it was added, is null)."""
     if state.partition_columns:
         raise ValueError(f"{table}: whole tables are read here unpartitioned only")
     parts = []
     for add in list(state.files.values()):
-        rows = pq.read_table(table.file(add.path), filesystem=table.filesystem)
+        file = pq.ParquetFile(table.file(add.path), filesystem=table.filesystem)
+        rows = file.read(columns=[name for name in schema.names if name in file.schema_arrow.names])
         columns = [rows.column(f.name).cast(f.type) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type)
                    for f in schema]
         parts.append(pa.Table.from_arrays(columns, schema=schema))

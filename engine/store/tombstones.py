@@ -72,7 +72,8 @@ class TombstoneView:
             self._state = log_of(self.table).state()
         except TableNotFoundError:
             return
-        rows = read_all(self.table, self._state, TOMBSTONE_SCHEMA).select(["stream_id", "first_seq", "last_seq"])
+        wanted = pa.schema([TOMBSTONE_SCHEMA.field(name) for name in ("stream_id", "first_seq", "last_seq")])
+        rows = read_all(self.table, self._state, wanted)
         if not rows.num_rows:
             return
         order = pc.sort_indices(rows, sort_keys=[("stream_id", "ascending")])

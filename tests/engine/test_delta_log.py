@@ -12,6 +12,7 @@ from urllib.parse import unquote
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from deltalake import CommitProperties, Transaction, write_deltalake
 from deltalake.table import TableFeatures
@@ -167,3 +168,26 @@ def test_intervals_read_as_delta_writes_them() -> None:
     assert interval_ms("interval 1 week", "interval 1 day") == 604_800_000
     assert interval_ms("INTERVAL 2 hours", "interval 1 day") == 7_200_000
     assert interval_ms("soon", "interval 1 day") == 86_400_000
+
+
+@pytest.mark.parametrize("retention", [None, "interval 0 seconds"])
+def test_a_checkpoint_carries_the_removed_files_until_their_tombstones_expire(
+    tmp_path: Path, retention: str | None,
+) -> None:
+    table = Layout(tmp_path / "wh").stream_table_location("A")
+    schema = pa.schema([("event_seq", pa.int64())])
+    properties = {"delta.checkpointInterval": "3", "delta.dataSkippingStatsColumns": "event_seq"}
+    if retention is not None:
+        properties["delta.deletedFileRetentionDuration"] = retention
+    ensure_table(table, schema, None, properties)
+    committer = TableCommitter(table, "acks")
+    committer.append(lambda _: pa.table({"event_seq": [1, 2, 3]}, schema=schema), "acks", 3)
+    time.sleep(0.01)
+    assert committer.delete(lambda rows: pc.less(rows.column("event_seq"), 2), lambda add: True) == 1  # version 2
+    log = delta_log.log_of(table)
+    checkpoint = pq.read_table(tmp_path / "wh" / "default" / "streams" / "A" / "_delta_log"
+                               / "00000000000000000002.checkpoint.parquet")
+    removes = checkpoint.column("remove").drop_null().to_pylist()
+    assert len(removes) == (1 if retention is None else 0)
+    assert len(log.state().removed) == len(removes), "expired tombstones leave the memory too"
+    assert open_table(table).to_pyarrow_table().column("event_seq").to_pylist() == [2, 3]
