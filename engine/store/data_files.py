@@ -5,9 +5,9 @@ a flush of 300,000 messages took 71 MB more RSS through it, against 28 MB and le
 CPU written here (one encoder per file, fed from the rows as they are, or for a commit of several
 partitions from one joined copy of them; a local file written in place, one on S3 PUT from memory).
 The commit (commits.py, delta_log.py) is made of the add actions made here, which carry what
-delta-rs's writer puts in them: the Hive partition folders as it
-names them, and the statistics of the table's `delta.dataSkippingStatsColumns` only (no subject or
-payload value enters the log), timestamps cut to milliseconds as delta-rs cuts them.
+delta-rs's writer puts in them: the Hive partition folders as it names them, and the statistics of
+the table's `delta.dataSkippingStatsColumns` only (no subject or payload value enters the log),
+timestamps cut to milliseconds as delta-rs cuts them.
 """
 
 from __future__ import annotations

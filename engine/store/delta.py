@@ -20,9 +20,9 @@ import pyarrow as pa
 
 from engine.errors import JetStreamError
 from engine.index import MessageIndex
+from engine.store import delta_log
 from engine.store.backlog import Backlog
 from engine.store.base import Recovered, Removal, StoredMessage
-from engine.store import delta_log
 from engine.store.commits import ensure_table, latest_version
 from engine.store.flush_commits import FlushCommitter, FlushJob, flush_table
 from engine.store.index_snapshots import DedupSource, IndexSnapshots

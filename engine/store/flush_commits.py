@@ -18,8 +18,8 @@ import pyarrow.compute as pc
 
 from engine.store.base import Removal
 from engine.store.commits import TableCommitter, added_files
-from engine.store.delta_actions import Txn
 from engine.store.data_files import FileEncoding
+from engine.store.delta_actions import Txn
 from engine.store.layout import STREAM_SCHEMA, TOMBSTONE_SCHEMA, Layout, TableLocation
 from engine.store.lease import commit_lease
 from engine.store.leases import Lease

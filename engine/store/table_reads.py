@@ -40,9 +40,9 @@ import pyarrow.parquet as pq
 from pyarrow._parquet import ParquetReader
 
 from engine.errors import JetStreamError
+from engine.store.base import StoredMessage
 from engine.store.delta_actions import bounds
 from engine.store.delta_log import log_of
-from engine.store.base import StoredMessage
 from engine.store.layout import PARTITION_COLUMN, STREAM_SCHEMA, TableLocation
 from engine.store.parquet_footer import FileBounds, bounds_from_arrays, bounds_to_arrays
 
