@@ -186,11 +186,13 @@ class Opener(Protocol):
 
 class _RowGroups:
     """Decoded row groups of the table's files, least recently used first out, the files' row-group
-    bounds (parquet_footer.py) and parsed footers, within one byte budget: the bounds take at most a
-    quarter of it (~57 bytes a group of 1,024 rows with each file's schema: the 16 MB of the default
-    64 MB hold the bounds of ~290 M messages; 100 M take ~5.6 MB), the windows what the rest leave.
-    Whole footers are kept parsed (~7 KB a group) only while those of every file whose bounds are held
-    fit together in another quarter (the default's: ~2,300 groups, ~2.3 M messages): then a read
+    bounds (parquet_footer.py) and parsed footers, within one byte budget: the bounds take at most
+    half of it (~57 bytes a group of 1,024 rows, and ~3.4 KB a file for its schema and footer template:
+    100 M messages in the 1,373 files of 16 MiB flushes take ~10 MB, within the 16 MiB of the default
+    32 MiB; past the share, bounds are evicted and read again from their footers, ~2 ms a point read),
+    the windows what the rest leave. Whole footers are kept parsed (~7 KB a group) only while those of
+    every file whose bounds are held fit together in a quarter (the default's: ~1,100 groups, ~1.1 M
+    messages): then a read
     parses nothing (~0.25 ms of a ~0.5 ms point read). A larger table's random reads would evict each
     footer before its reuse, so there a read parses a footer made of its groups' entries alone.
     A file whose size is not the one its footer was read from has been replaced under its name: it
@@ -202,7 +204,7 @@ class _RowGroups:
 
     def __init__(self, budget: int, filesystem: Any = None, opener: Opener | None = None) -> None:
         self.budget = budget
-        self.bounds_budget = budget // 4
+        self.bounds_budget = budget // 2
         self.footers_budget = budget // 4
         self.filesystem = filesystem or _LOCAL  # pyarrow's; on S3 a read's chunks are fetched in one request
         self._pre_buffer = filesystem is not None
