@@ -31,7 +31,7 @@ from engine.store.delta_actions import AddFile, LogState, Txn, now_ms
 from engine.store.delta_log import DeltaLog, TableNotFoundError, log_of
 from engine.store.layout import TableLocation
 from engine.store.leases import LeaseLostError
-from engine.store.objectstore import ObjectNotFoundError, ObjectStoreError
+from engine.store.objectstore import ObjectNotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,7 @@ class TableCommitter:
         self.step = step
         self.sync = sync and table.local_path is not None  # a PUT that returned is durable
         self._durable: dict[str, int] = {}  # app id -> transaction version known to be on disk
+        self.added: list[str] = []  # the data files of the last commit `append` made (relative, unquoted)
 
     @property
     def log(self) -> DeltaLog:
@@ -88,6 +89,7 @@ class TableCommitter:
         table holding a larger token was committed by a newer owner, and the commit is refused
         (LeaseLostError). The caller holds the table's commit lease, so the check and the commit are
         one step for every JetLake writer."""
+        self.added = []
         state = self.log.state()
         if fence is not None:
             newer = state.transaction_version(fence[0])
@@ -117,8 +119,9 @@ class TableCommitter:
         its version. A file write that fails removes what it wrote; once the commit was tried, the files
         stay (it may have landed: `_landed` decides, and an orphan is vacuum's)."""
         adds = write_data_files(self.table, rows, state.partition_columns, encoding, state.stats_columns())
+        self.added = [add.path for add in adds]
         now = now_ms()
-        return self.log.commit([*(t.action(now) for t in transactions), *(a.action() for a in adds)],
+        return self.log.commit(state, [*(t.action(now) for t in transactions), *(a.action() for a in adds)],
                                "WRITE", {"mode": "Append"})
 
     def _landed(self, app_id: str, version: int, exc: Exception) -> int:
@@ -203,7 +206,7 @@ class TableCommitter:
             kept = rows.filter(pc.invert(mask))
             actions += [a.action() for a in write_data_files(self.table, kept, [], FileEncoding(), state.stats_columns())]
         if actions:
-            version = self.log.commit(actions, "DELETE", {})
+            version = self.log.commit(state, actions, "DELETE", {})
             failpoints.after(f"{self.step}.fold", action)
             self._checkpoint(version)
         else:
@@ -246,23 +249,6 @@ def sync_commit(path: Path, version: int) -> None:
     _fsync(commit)
     for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
         _fsync(folder)
-
-
-def transactions(table: TableLocation) -> dict[str, int]:
-    """Every app transaction's version in `table` (app id -> version), from one replay of its log: one
-    answer for thousands of app ids. Raises TableNotFoundError."""
-    return dict(log_of(table).state().txns)
-
-
-def added_files(table: TableLocation, version: int) -> list[str]:
-    """The data files commit `version` added (paths relative to the table, unquoted); [] when its
-    commit cannot be read."""
-    try:
-        lines = table.objects.get(f"{_log_key(table)}/{_commit_name(version)}").data.splitlines()
-    except ObjectStoreError:
-        return []
-    adds = (orjson.loads(line).get("add") for line in lines if b'"add"' in line)
-    return [unquote(add["path"]) for add in adds if add]
 
 
 def is_latest_version(table: TableLocation, version: int) -> bool:

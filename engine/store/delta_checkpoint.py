@@ -85,9 +85,9 @@ def read(objects: ObjectStore, log_key: str, pointer: dict[str, Any]) -> LogStat
              [f"{version:020d}.checkpoint.{i:010d}.{parts:010d}.parquet" for i in range(1, parts + 1)])
     state = LogState(version=version)
     for name in names:
-        data = pa.BufferReader(objects.get(f"{log_key}/{name}").data)
-        present = [c for c in _ACTIONS if c in pq.read_schema(data).names]
-        table = pq.read_table(data, columns=present)
+        file = pq.ParquetFile(pa.BufferReader(objects.get(f"{log_key}/{name}").data))
+        present = [c for c in _ACTIONS if c in file.schema_arrow.names]
+        table = file.read(columns=present)
         for column in present:
             for action in table.column(column).drop_null().to_pylist():
                 _take(state, column, action)

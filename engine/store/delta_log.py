@@ -110,20 +110,21 @@ class DeltaLog:
         self.forget()
         return True
 
-    def commit(self, actions: list[dict[str, Any]], operation: str, parameters: dict[str, Any] | None = None) -> int:
-        """Writes the next version with `actions` (after a commitInfo); returns it. Raises
-        CommitConflictError when that version exists already (another writer), DeltaProtocolError when
-        the table needs a writer this is not."""
-        state = self.state()
-        check_protocol(state.protocol, write=True)
-        version = state.version + 1
+    def commit(self, base: LogState, actions: list[dict[str, Any]], operation: str,
+               parameters: dict[str, Any] | None = None) -> int:
+        """Writes the version after `base` (the state the caller read and decided on) with `actions`,
+        after a commitInfo; returns it. Raises CommitConflictError when that version exists already
+        (another writer, which `base` did not see), DeltaProtocolError when the table needs a writer
+        this is not."""
+        check_protocol(base.protocol, write=True)
+        version = base.version + 1
         body = _lines([{"commitInfo": _commit_info(operation, parameters or {}, now_ms())}, *actions])
         try:
             self.table.objects.create(f"{self.key}/{commit_name(version)}", body)
         except ObjectExistsError:
             raise CommitConflictError(f"{self.table}: version {version} was committed by another writer") from None
         with self._lock:
-            if self._state is not None and self._state.version == version - 1:
+            if self._state is not None and self._state.version == base.version:
                 self._state = applied(self._state, version, actions)
         return version
 

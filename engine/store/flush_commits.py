@@ -1,7 +1,7 @@
 """A flush of one file stream: the job it seals, and its commit to the stream's table and the tombstones table.
 
 The messages go to the stream's table in small row groups, in the Parquet layout below (written by
-data_files.py, committed by delta-rs); the removals go to the shared tombstones table, versioned by log
+data_files.py, committed by delta_log.py); the removals go to the shared tombstones table, versioned by log
 sequence number. Both commits carry their Delta app transaction (commits.py), so a job committed
 again after a crash or a failed call lands once.
 """
@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.store.base import Removal
-from engine.store.commits import TableCommitter, added_files
+from engine.store.commits import TableCommitter
 from engine.store.data_files import FileEncoding
 from engine.store.delta_actions import Txn
 from engine.store.layout import STREAM_SCHEMA, TOMBSTONE_SCHEMA, Layout, TableLocation
@@ -152,7 +152,7 @@ class FlushCommitter:
             job.messages = None  # the buffer keeps its own batches as the recent-rows cache; this copy goes now
             self.commits += 1
             self.version = version  # a job's commit in between changes no index content (see recover)
-            self.reads.learn_files(added_files(self.table, version))
+            self.reads.learn_files(self._table.added)
         if job.removals:
             self._commit_removals(job, lease_timeout)
 

@@ -431,6 +431,7 @@ class TableReads:
         self._files = _FileMap()
         self._files_lock = threading.Lock()
         self._stale = True
+        self._log_stale = True  # the log's state in this process may lag the table (a job, another process)
         self._windows: list[tuple[int, int, Window]] = []
         self._window_hint: tuple[int, int, Window] | None = None
         self._point_hint: PointHint | None = None  # the row group of the last point read (its cache key)
@@ -440,14 +441,15 @@ class TableReads:
         self._row_groups = _RowGroups(cache_bytes, table.filesystem, opener)
 
     def changed(self) -> None:
-        """A commit or a job changed the table: the file list is read again before the next read."""
+        """This store committed to the table: the file list is taken again from the log's state, which
+        that commit brought up to date in this process."""
         with self._files_lock:
             self._stale = True
 
     def forget(self) -> None:
-        """Drops every decoded message (erasure: nothing erased stays in memory)."""
+        """Drops every decoded message (erasure: nothing erased stays in memory); the log is read again."""
         with self._files_lock:
-            self._stale = True
+            self._stale = self._log_stale = True
             self._windows = []
             self._window_hint = None
             self._point_hint = None
@@ -689,7 +691,7 @@ class TableReads:
     def _file_map(self, refresh: bool) -> _FileMap:
         with self._files_lock:
             if refresh or self._files.version < 0 or self._stale:
-                state = log_of(self.table).state()
+                state = log_of(self.table).state(refresh=refresh or self._log_stale)
                 files = list(state.files.values())
                 min_seq, max_seq = bounds(files, "seq", -1, 2**62)
                 self._files = _FileMap(
@@ -700,7 +702,7 @@ class TableReads:
                     max_seq=max_seq,
                     max_ts=bounds(files, "ts", 2**62, 2**62)[1],
                 )
-                self._stale = False
+                self._stale = self._log_stale = False
             return self._files
 
 

@@ -15,7 +15,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from engine.store import data_files
-from engine.store.commits import TableCommitter, added_files, ensure_table
+from engine.store.commits import TableCommitter, ensure_table
 from engine.store.flush_commits import message_encoding
 from engine.store.layout import PARTITION_COLUMN, STREAM_SCHEMA, STREAM_TABLE_PROPERTIES, Layout
 from tests.delta_tables import open_table
@@ -56,7 +56,8 @@ def test_files_are_placed_and_described_as_delta_rs_writes_them(tmp_path: Path) 
     layout = Layout(tmp_path / "ours")
     ours = layout.stream_table_location("S")
     ensure_table(ours, STREAM_SCHEMA, [PARTITION_COLUMN], STREAM_TABLE_PROPERTIES)
-    version = TableCommitter(ours, "stream").append(lambda _: rows, "S", 3_000, encoding=message_encoding(rows))
+    committer = TableCommitter(ours, "stream")
+    version = committer.append(lambda _: rows, "S", 3_000, encoding=message_encoding(rows))
     theirs = tmp_path / "theirs"
     DeltaTable.create(str(theirs), schema=STREAM_SCHEMA, partition_by=[PARTITION_COLUMN],
                       configuration=STREAM_TABLE_PROPERTIES)
@@ -68,7 +69,7 @@ def test_files_are_placed_and_described_as_delta_rs_writes_them(tmp_path: Path) 
     folders = {p.name for p in ours.local_path.iterdir() if p.name != "_delta_log"}
     assert folders == {p.name for p in theirs.iterdir() if p.name != "_delta_log"} and len(folders) == len(PARTITIONS)
     assert "subject_partition=%24KV" in folders  # a '$' escaped on disk, its '%' again in the log
-    assert {unquote(a["path"]) for a in ours_adds} == set(added_files(ours, version))
+    assert {unquote(a["path"]) for a in ours_adds} == set(committer.added)
     assert all("subject" not in a["stats"] and "data" not in a["stats"] for a in ours_adds)
 
     for add in ours_adds:  # a partition's rows in sequence order, each file's row groups following on

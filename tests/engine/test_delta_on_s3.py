@@ -13,7 +13,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from engine.store.commits import TableCommitter, ensure_table
-from engine.store.delta_actions import LogState, Txn
+from engine.store.delta_actions import Txn
 from engine.store.delta_log import CommitConflictError, DeltaLog
 from engine.store.layout import Layout
 from engine.store.leases import LeaseLostError
@@ -59,15 +59,6 @@ def test_delta_rs_round_trip_with_concurrent_appenders(s3_server: S3Server) -> N
     assert f"default/streams/ORDERS/_delta_log/{APPENDERS * APPENDS:020d}.json" in listed
 
 
-class _PausedLog(DeltaLog):
-    """A writer paused between reading the log and committing: it commits on the state it read."""
-
-    __slots__ = ("snapshot",)
-
-    def state(self, refresh: bool = True) -> LogState:
-        return self.snapshot
-
-
 def test_a_deposed_owners_table_commit_is_refused_by_its_fencing_transaction(s3_server: S3Server) -> None:
     """The fence of table commits: each flush commit carries the app transaction `<stream_id>.owner =
     fencing token`. A commit based on a state older than a newer owner's commit loses the conditional
@@ -78,12 +69,12 @@ def test_a_deposed_owners_table_commit_is_refused_by_its_fencing_transaction(s3_
     table = Layout(location).stream_table_location("FENCED")
     schema = pa.schema([("id", pa.int64()), ("writer", pa.int32())])
     ensure_table(table, schema, None, {})
-    old_owner = _PausedLog(table)
-    old_owner.snapshot = DeltaLog(table).state()
+    old_owner = DeltaLog(table)
+    stale = old_owner.state()  # a writer paused between reading the log and committing
 
     TableCommitter(table, "stream").append(lambda _: _rows(2, 0), "sid", 1, fence=("sid.owner", 2))
     with pytest.raises(CommitConflictError):
-        old_owner.commit([Txn("sid.owner", 1).action(0)], "WRITE")
+        old_owner.commit(stale, [Txn("sid.owner", 1).action(0)], "WRITE")
     with pytest.raises(LeaseLostError, match="token 2"):
         TableCommitter(table, "stream").append(lambda _: _rows(1, 0), "sid", 2, fence=("sid.owner", 1))
     fresh = DeltaTable(table.uri, storage_options=table.storage_options)
