@@ -24,12 +24,25 @@ def needles_for(marker: str, *texts: str) -> dict[str, bytes]:
     return forms
 
 
-def find_residue(root: Path, needles: dict[str, bytes]) -> list[str]:
+def find_residue(root: Path, needles: dict[str, bytes], attempts: int = 5) -> list[str]:
     """Every place under `root` where a needle shows: names, raw bytes (path and offset), and the
     decoded values of Parquet files (compression could hide a repeated marker from a byte search).
-    Every file is read: table data, `_delta_log` and checkpoints, `_wal`, `_system`."""
+    Every file is read: table data, `_delta_log` and checkpoints, `_wal`, `_system`.
+
+    A running gateway renames its temporary files into place (a lease, a log entry) while the scan
+    walks; a file gone between its listing and its reading may have moved to a name already passed,
+    so the scan starts again rather than skip it."""
+    for _ in range(attempts - 1):
+        try:
+            return _scan(root, needles)
+        except FileNotFoundError:
+            continue
+    return _scan(root, needles)
+
+
+def _scan(root: Path, needles: dict[str, bytes]) -> list[str]:
     hits: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, dirnames, filenames in os.walk(root, onerror=_raise):
         for name in dirnames:
             hits += _name_hits(str(Path(dirpath) / name), name, needles)
         for name in filenames:
@@ -37,6 +50,11 @@ def find_residue(root: Path, needles: dict[str, bytes]) -> list[str]:
             hits += _name_hits(str(path), name, needles)
             hits += _content_hits(str(path), name, path.read_bytes(), needles)
     return hits
+
+
+def _raise(error: OSError) -> None:
+    """os.walk would pass over a folder it cannot list; a scan for residue must not."""
+    raise error
 
 
 def find_residue_in_objects(objects: Iterable[tuple[str, bytes]], needles: dict[str, bytes]) -> list[str]:
