@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from engine.store import failpoints
 from engine.store.data_files import FileEncoding, write_data_files
 from engine.store.delta_actions import AddFile, LogState, Txn, now_ms
-from engine.store.delta_log import DeltaLog, TableNotFoundError, log_of
+from engine.store.delta_log import DeltaLog, TableNotFoundError, commit_name, log_key, log_of
 from engine.store.layout import TableLocation
 from engine.store.leases import LeaseLostError
 from engine.store.objectstore import ObjectNotFoundError
@@ -51,7 +51,7 @@ def ensure_table(
         return
     log_of(table).create(schema, partition_by, properties)
     if sync and path is not None:
-        _fsync(path / "_delta_log" / _commit_name(0))
+        _fsync(path / "_delta_log" / commit_name(0))
         for folder in (path / "_delta_log", path, path.parent):
             _fsync(folder)
 
@@ -205,12 +205,10 @@ class TableCommitter:
             actions.append(add.remove_action(now))
             kept = rows.filter(pc.invert(mask))
             actions += [a.action() for a in write_data_files(self.table, kept, [], FileEncoding(), state.stats_columns())]
-        if actions:
-            version = self.log.commit(state, actions, "DELETE", {})
-            failpoints.after(f"{self.step}.fold", action)
+        version = self.log.commit(state, actions, "DELETE", {}) if actions else None
+        failpoints.after(f"{self.step}.fold", action)
+        if version is not None:
             self._checkpoint(version)
-        else:
-            failpoints.after(f"{self.step}.fold", action)
         return deleted
 
 
@@ -218,7 +216,7 @@ def find_transaction(path: Path, app_id: str, txn: int, latest: int) -> int | No
     """The table version whose commit carries transaction (`app_id`, `txn`), searched back from `latest`."""
     for version in range(latest, max(latest - _FIND_BACK, -1), -1):
         try:
-            lines = (path / "_delta_log" / _commit_name(version)).read_bytes().splitlines()
+            lines = (path / "_delta_log" / commit_name(version)).read_bytes().splitlines()
         except FileNotFoundError:
             return None
         for line in lines:
@@ -232,7 +230,7 @@ def find_transaction(path: Path, app_id: str, txn: int, latest: int) -> int | No
 def sync_commit(path: Path, version: int) -> None:
     """fsyncs what commit `version` of the table at `path` made: its added files, their folders up to
     the table's, the commit JSON and `_delta_log/`."""
-    commit = path / "_delta_log" / _commit_name(version)
+    commit = path / "_delta_log" / commit_name(version)
     folders: set[Path] = {path, path / "_delta_log"}
     for line in commit.read_bytes().splitlines():
         if b'"add"' not in line:
@@ -255,13 +253,13 @@ def is_latest_version(table: TableLocation, version: int) -> bool:
     """Whether `version` is the table's latest: its commit object is there and the next one is not
     (commits are numbered without gaps). Two HEADs (two stats on a local warehouse), where
     `latest_version` lists the whole log folder."""
-    store, log_key = table.objects, _log_key(table)
+    store, key = table.objects, log_key(table)
     try:
-        store.head(f"{log_key}/{_commit_name(version)}")
+        store.head(f"{key}/{commit_name(version)}")
     except ObjectNotFoundError:
         return False
     try:
-        store.head(f"{log_key}/{_commit_name(version + 1)}")
+        store.head(f"{key}/{commit_name(version + 1)}")
     except ObjectNotFoundError:
         return True
     return False
@@ -271,17 +269,9 @@ def latest_version(table: TableLocation) -> int | None:
     """The table's latest version from the names of its commit objects (one listing, no log replay),
     None without any: what tells a restart whether anything committed since an index snapshot was
     written."""
-    names = [meta.key.rpartition("/")[2] for meta in table.objects.list(_log_key(table))]
+    names = [meta.key.rpartition("/")[2] for meta in table.objects.list(log_key(table))]
     versions = [int(n[:20]) for n in names if len(n) == 25 and n.endswith(".json") and n[:20].isdigit()]
     return max(versions) if versions else None
-
-
-def _log_key(table: TableLocation) -> str:
-    return f"{table.key}/_delta_log"
-
-
-def _commit_name(version: int) -> str:
-    return f"{version:020d}.json"
 
 
 def _fsync(path: Path) -> None:

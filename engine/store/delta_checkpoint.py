@@ -20,7 +20,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from engine.store.delta_actions import LogState, Removed, add_file, check_protocol, log_path
+from engine.store.delta_actions import LogState, Removed, add_file, check_protocol, log_path, now_ms
 from engine.store.objectstore import ObjectNotFoundError, ObjectStore
 
 DEFAULT_LOG_RETENTION = "interval 30 days"
@@ -129,7 +129,7 @@ def _as_json(action: dict[str, Any]) -> dict[str, Any]:
 def write(objects: ObjectStore, log_key: str, state: LogState) -> set[str]:
     """Writes the checkpoint of `state` and points `_last_checkpoint` at it; returns the paths of the
     removed files it carries (their tombstones have not expired)."""
-    now = time.time_ns() // 1_000_000
+    now = now_ms()
     expired_before = now - interval_ms(state.configuration.get("delta.deletedFileRetentionDuration"),
                                        DEFAULT_TOMBSTONE_RETENTION)
     rows: list[dict[str, Any]] = [{"protocol": state.protocol}, {"metaData": _with_maps(state.metadata)}]

@@ -69,7 +69,7 @@ class DeltaLog:
 
     @property
     def key(self) -> str:
-        return f"{self.table.key}/_delta_log"
+        return log_key(self.table)
 
     def state(self, refresh: bool = True) -> LogState:
         """The table's state: the latest version when `refresh`, else as last read. Raises
@@ -182,6 +182,11 @@ class DeltaLog:
         except ObjectNotFoundError:
             return None
         return [orjson.loads(line) for line in data.splitlines() if line.strip()]
+
+
+def log_key(table: TableLocation) -> str:
+    """The key of the table's `_delta_log/` folder in its object store."""
+    return f"{table.key}/_delta_log"
 
 
 def commit_name(version: int) -> str:
